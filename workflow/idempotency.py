@@ -24,7 +24,7 @@ from django.db import IntegrityError, transaction
 from rest_framework.response import Response
 
 from . import clock
-from .errors import IdempotencyConflict, IdempotencyInProgress, LedgerflowError, ValidationFailed, error_body
+from .errors import IdempotencyConflict, IdempotencyInProgress, ValidationFailed, api_exception_handler
 from .kernel import canonical_json
 from .models import IdempotencyClaim
 
@@ -65,11 +65,13 @@ def run_idempotent(request, *, command: Callable[[], Response], scope: str = "",
 
     try:
         response = command()
-    except LedgerflowError as exc:
-        if exc.status >= 500:
+    except Exception as exc:
+        # Client errors are part of the answer and replay as such; anything else frees the key.
+        rendered = api_exception_handler(exc, {})
+        if rendered is None or rendered.status_code >= 500:
             _release(claim)
             raise
-        response = Response(error_body(exc.code, exc.message, exc.details), status=exc.status, headers=exc.headers)
+        response = rendered
     except BaseException:
         _release(claim)
         raise
