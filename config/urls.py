@@ -17,4 +17,5 @@ urlpatterns = [
     path("readyz", workflow_api.readyz, name="readyz"),
     path("api/v1/", include(api_v1)),
     path("admin/", admin.site.urls),
+    path("console/", include("ops_console.urls")),
 ]

@@ -5,6 +5,8 @@ set -euo pipefail
 
 need=()
 command -v dot >/dev/null 2>&1 || need+=(graphviz)
+# The console's browser tests drive Debian's Chromium through Playwright (never `playwright install`).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != "0" ]; then
