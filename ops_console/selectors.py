@@ -241,7 +241,7 @@ def _decorate(rows: list[WaitingRow], now: datetime) -> None:
             row.age_seconds = (now - row.entered_state_at).total_seconds()
             policy = model.WAIT_POLICIES.get(row.state)
             limit = policy.overdue_after_seconds if policy else None
-            row.overdue = limit is not None and row.age_seconds > limit
+            row.overdue = limit is not None and row.age_seconds >= limit
             aggregate = objects.get(row.aggregate_id)
             if aggregate is None:
                 continue
@@ -283,7 +283,7 @@ class StateCount:
     @property
     def oldest_overdue(self) -> bool:
         age = self.oldest_age_seconds
-        return age is not None and self.overdue_after is not None and age > self.overdue_after
+        return age is not None and self.overdue_after is not None and age >= self.overdue_after
 
 
 @dataclasses.dataclass
