@@ -30,7 +30,7 @@ def dot_source(model: type[StateMachine], highlight: str | None = None) -> str:
         '  edge [fontname="Helvetica", fontsize=9, color="#5f6b77", fontcolor="#36414c"];',
     ]
     for state in model.all_states():
-        attrs = {"id": f"state-{state}"}
+        attrs = {"id": f"state_{state}"}
         policy = model.WAIT_POLICIES.get(state)
         label = state
         if state in model.TERMINAL_STATES:

@@ -55,9 +55,9 @@ def make_parcel(**fields) -> Parcel:
     return kernel.create(Parcel, actor="test", **{**defaults, **fields})
 
 
-def make_review_parcel() -> Parcel:
+def make_review_parcel(**fields) -> Parcel:
     """A parcel routed to manual_review by evidence: the carrier's weight differs from ours."""
-    parcel = make_parcel()
+    parcel = make_parcel(**fields)
     kernel.apply(parcel, "pack", "pack-1", {"weight_grams": 500}, actor="warehouse")
     outcome = kernel.apply(parcel, "ship", "ship-1", {"weight_grams": 900, "booking": "bk-1"}, actor="carrier")
     assert outcome.result == "needs_review" and parcel.state == "manual_review"
