@@ -385,6 +385,47 @@ def aggregate_classification(aggregate: StateMachine) -> WaitingRow | None:
     return page.rows[0] if page.rows else None
 
 
+def explain(aggregate: StateMachine, row: WaitingRow | None, timeline: list[Transition],
+            outbox_items: list[OutboxItem]) -> str:
+    """One sentence for support: why the record is where it is, from the same facts as the waiting list."""
+    if row is None:
+        return f"Finished: {aggregate.state} is a final state."
+    model = type(aggregate)
+    policy = model.WAIT_POLICIES.get(aggregate.state)
+    if row.classification == Classification.EVIDENCE_CONFLICTS:
+        flagged = next((t for t in reversed(timeline) if t.result in EVIDENCE_RESULTS), None)
+        text = "Evidence conflicts: "
+        if aggregate.state == REVIEW_STATE:
+            text += "it is in manual review and waits for an operator. "
+        if flagged is not None:
+            text += (f"Event “{flagged.event_type}” from {flagged.actor or 'unknown'} was classified "
+                     f"{flagged.result}: {flagged.detail or 'no detail'}.")
+        return text.strip()
+    if isinstance(aggregate, OutboxItem):
+        own = [aggregate]
+    else:
+        own = [i for i in outbox_items if i.state != OutboxItem.State.DELIVERED]
+    if row.classification == Classification.RETRIES_EXHAUSTED:
+        dead = next((i for i in own if i.state == OutboxItem.State.DEAD), None)
+        if dead is not None:
+            return (f"Automatic retries exhausted: “{dead.effect_type}” (outbox #{dead.pk}) failed "
+                    f"{dead.attempts} time(s) and stopped; an operator must requeue it or repair the record. "
+                    f"Last error: {dead.last_error.splitlines()[0] if dead.last_error else 'none recorded'}")
+    if row.classification == Classification.RETRY_SCHEDULED:
+        retrying = next((i for i in own if i.state == OutboxItem.State.RETRY_SCHEDULED), None)
+        if retrying is not None:
+            return (f"Retry scheduled: “{retrying.effect_type}” (outbox #{retrying.pk}) failed "
+                    f"{retrying.attempts} time(s); the next automatic attempt is at "
+                    f"{retrying.next_attempt_at:%Y-%m-%d %H:%M:%S %Z}. Nothing to do unless it keeps failing.")
+    waiting_on = row.owner or (policy.owner if policy else "")
+    text = f"Waiting normally on {waiting_on}."
+    if policy is not None and policy.timer_event:
+        text += f" If nothing happens, the timer “{policy.timer_event}” moves it on."
+    if row.overdue:
+        text += " It has waited longer than its policy allows: escalate to the owner."
+    return text
+
+
 def find(query: str) -> list[tuple[type[StateMachine], StateMachine]]:
     """Aggregates matching a search: an id (in every machine), ``label:id`` / ``name #id``, or an app's
     own business-reference search registered in the console registry."""

@@ -113,15 +113,19 @@ def _detail_context(request: HttpRequest, model: type[StateMachine], aggregate: 
         owner_link = {"label": aggregate.aggregate_type, "id": aggregate.aggregate_id,
                       "url": detail_url(aggregate.aggregate_type, aggregate.aggregate_id)}
     policy = model.WAIT_POLICIES.get(aggregate.state)
+    row = selectors.aggregate_classification(aggregate)
+    timeline = selectors.aggregate_timeline(aggregate)
+    outbox_items = selectors.aggregate_outbox(aggregate)
     return {
         "model": model, "label": model.aggregate_label(), "aggregate": aggregate,
         "machine_name": model.MACHINE_NAME or model.aggregate_label(),
         "title": entry.title_of(aggregate), "owner": entry.owner_of(aggregate),
         "current_attempt": entry.current_attempt(aggregate) if entry.current_attempt else "",
         "policy": policy, "terminal": aggregate.is_terminal(),
-        "row": selectors.aggregate_classification(aggregate),
-        "timeline": selectors.aggregate_timeline(aggregate),
-        "outbox_items": selectors.aggregate_outbox(aggregate),
+        "row": row,
+        "why": selectors.explain(aggregate, row, timeline, outbox_items),
+        "timeline": timeline,
+        "outbox_items": outbox_items,
         "own_attempts": list(aggregate.attempt_log.order_by("number")) if isinstance(aggregate, OutboxItem) else [],
         "owner_link": owner_link,
         "timers": selectors.aggregate_timers(aggregate),
@@ -166,12 +170,16 @@ def repair(request: HttpRequest, label: str, pk: int, key: str) -> HttpResponse:
                 return render(request, "ops_console/repair_done.html", context)
             context["answer"] = services.repair_preview(aggregate=aggregate, repair=offered, data=data,
                                                         actor=actor, reason=reason)
+            # kernel.apply(dry_run=True) refreshes the instance it was given with the would-be state:
+            # show the record as it is stored.
+            context["aggregate"] = model.objects.get(pk=pk)
         except LedgerflowError as exc:
             context["error"] = exc
             if getattr(exc, "details", {}).get("field") == "version":
                 aggregate.refresh_from_db()
                 context["answer"] = services.repair_preview(aggregate=aggregate, repair=offered, data=data,
                                                             actor=actor, reason=reason)
+                context["aggregate"] = model.objects.get(pk=pk)
     return render(request, "ops_console/repair.html", context, status=400 if form.errors else 200)
 
 

@@ -13,9 +13,7 @@ def duration(seconds) -> str:
     """Seconds as the two largest units: "2d 3h", "14m 5s"."""
     if seconds is None:
         return ""
-    seconds = int(seconds)
-    sign = "-" if seconds < 0 else ""
-    seconds = abs(seconds)
+    seconds = max(0, int(seconds))  # a clock a moment behind the database never shows a negative age
     parts = []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         if seconds >= size or (unit == "s" and not parts):
@@ -23,7 +21,7 @@ def duration(seconds) -> str:
             seconds %= size
         if len(parts) == 2:
             break
-    return sign + " ".join(parts)
+    return " ".join(parts)
 
 
 @register.filter

@@ -27,6 +27,7 @@ def test_preview_answers_without_writing(operator_client):
     assert response.status_code == 200
     assert "Dry run" in html and "applied" in html and "<b>shipped</b>" in html
     assert 'name="previewed_version" value="%d"' % parcel.state_version in html
+    assert 'now <span class="badge state">manual_review</span>' in html  # the stored state, not the dry run's
     parcel.refresh_from_db()
     assert parcel.state == "manual_review" and Transition.objects.count() == before
 
