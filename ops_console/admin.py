@@ -43,8 +43,17 @@ class StateMachineAdmin(ReadOnlyAdmin):
 
 @admin.register(OutboxItem)
 class OutboxItemAdmin(StateMachineAdmin):
-    list_display = ("id", "effect_type", "state", "attempts", "max_attempts", "next_attempt_at",
-                    "aggregate_type", "aggregate_id", "console_link")
+    list_display = (
+        "id",
+        "effect_type",
+        "state",
+        "attempts",
+        "max_attempts",
+        "next_attempt_at",
+        "aggregate_type",
+        "aggregate_id",
+        "console_link",
+    )
     list_filter = ("state", "effect_type")
     search_fields = ("effect_key", "effect_type")
 
@@ -57,16 +66,33 @@ class OutboxAttemptAdmin(ReadOnlyAdmin):
 
 @admin.register(Transition)
 class TransitionAdmin(ReadOnlyAdmin):
-    list_display = ("id", "aggregate_type", "aggregate_id", "event_type", "from_state", "to_state", "result",
-                    "actor", "created_at")
+    list_display = (
+        "id",
+        "aggregate_type",
+        "aggregate_id",
+        "event_type",
+        "from_state",
+        "to_state",
+        "result",
+        "actor",
+        "created_at",
+    )
     list_filter = ("result", "aggregate_type", "event_type")
     search_fields = ("event_identity", "actor", "reason")
 
 
 @admin.register(Timer)
 class TimerAdmin(ReadOnlyAdmin):
-    list_display = ("id", "aggregate_type", "aggregate_id", "timer_type", "scheduled_at", "armed_state",
-                    "status", "result")
+    list_display = (
+        "id",
+        "aggregate_type",
+        "aggregate_id",
+        "timer_type",
+        "scheduled_at",
+        "armed_state",
+        "status",
+        "result",
+    )
     list_filter = ("status", "timer_type")
 
 

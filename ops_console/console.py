@@ -14,17 +14,24 @@ def _outbox_title(item: OutboxItem) -> str:
 
 
 def _requeue(req: registry.RepairRequest, dry_run: bool):
-    return outbox.outbox_requeue(item_id=req.aggregate.pk, actor=req.actor, reason=req.reason, dry_run=dry_run)
+    return outbox.outbox_requeue(
+        item_id=req.aggregate.pk, actor=req.actor, reason=req.reason, dry_run=dry_run
+    )
 
 
 registry.register(
     OutboxItem,
     title=_outbox_title,
-    repairs=[registry.Repair(
-        key="requeue", label="Requeue this dead item", event_type="requeue",
-        applies=lambda item: item.state == OutboxItem.State.DEAD,
-        description="Gives the item a fresh budget of attempts; the worker delivers it again with the same "
-                    "effect key (so the outside world cannot do the work twice).",
-        preview=lambda req: _requeue(req, True), submit=lambda req: _requeue(req, False),
-    )],
+    repairs=[
+        registry.Repair(
+            key="requeue",
+            label="Requeue this dead item",
+            event_type="requeue",
+            applies=lambda item: item.state == OutboxItem.State.DEAD,
+            description="Gives the item a fresh budget of attempts; the worker delivers it again with the "
+            "same effect key (so the outside world cannot do the work twice).",
+            preview=lambda req: _requeue(req, True),
+            submit=lambda req: _requeue(req, False),
+        )
+    ],
 )

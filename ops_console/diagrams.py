@@ -37,8 +37,11 @@ def dot_source(model: type[StateMachine], highlight: str | None = None) -> str:
             attrs["peripheries"] = "2"
         elif policy is not None:
             if policy.timer_event:
-                wait = f"{policy.after_seconds}s → {policy.timer_event}" if policy.after_seconds is not None \
+                wait = (
+                    f"{policy.after_seconds}s → {policy.timer_event}"
+                    if policy.after_seconds is not None
                     else f"at {policy.deadline_field} → {policy.timer_event}"
+                )
             else:
                 wait = f"escalate after {policy.escalate_after_seconds}s"
             label = f"{state}\\n({policy.owner}; {wait})"
@@ -52,10 +55,7 @@ def dot_source(model: type[StateMachine], highlight: str | None = None) -> str:
     for rule in model.rules():
         repair = bool(rule.custom.get("repair"))
         for target in model.possible_targets(rule):
-            if rule.source in ("*", "+"):
-                sources = model.all_states()
-            else:
-                sources = [rule.source]
+            sources = model.all_states() if rule.source in ("*", "+") else [rule.source]
             for source in sources:
                 style = ', style="dashed", color="#c0392b", fontcolor="#c0392b"' if repair else ""
                 name = f"{rule.name} (repair)" if repair else rule.name
@@ -68,11 +68,15 @@ def dot_source(model: type[StateMachine], highlight: str | None = None) -> str:
 def _render(source: str) -> str:
     dot = shutil.which("dot")
     if dot is None:
-        return f"<pre class='dot-missing'>Graphviz `dot` is not installed; the source:\n{escape(source)}</pre>"
-    svg = subprocess.run([dot, "-Tsvg"], input=source.encode(), capture_output=True, check=True, timeout=20).stdout
+        return (
+            f"<pre class='dot-missing'>Graphviz `dot` is not installed; the source:\n{escape(source)}</pre>"
+        )
+    svg = subprocess.run(
+        [dot, "-Tsvg"], input=source.encode(), capture_output=True, check=True, timeout=20
+    ).stdout
     text = svg.decode()
     # Inline in the page: drop the XML prolog and doctype, keep the <svg> element.
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def svg(label_or_model: str | type[StateMachine], highlight: str | None = None) -> str:

@@ -45,8 +45,12 @@ REVIEW_STATE = "manual_review"
 class RepairForm(forms.Form):
     """Every repair form has a required written reason. Subclass it to add the repair's own fields."""
 
-    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2, "placeholder": "Why (required; it is recorded)"}),
-                             max_length=2000, strip=True, required=True)
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "Why (required; it is recorded)"}),
+        max_length=2000,
+        strip=True,
+        required=True,
+    )
 
     def clean_reason(self) -> str:
         reason = self.cleaned_data["reason"].strip()
@@ -58,8 +62,12 @@ class RepairForm(forms.Form):
 class EventPayloadForm(RepairForm):
     """The generic repair: a JSON payload for the rule (most repairs need only the reason)."""
 
-    payload = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False, initial="{}",
-                              help_text='JSON object passed to the rule, e.g. {"decision": "ship"}')
+    payload = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}),
+        required=False,
+        initial="{}",
+        help_text='JSON object passed to the rule, e.g. {"decision": "ship"}',
+    )
 
     def clean_payload(self) -> dict[str, Any]:
         raw = (self.cleaned_data.get("payload") or "").strip() or "{}"
@@ -77,10 +85,10 @@ class RepairRequest:
     """What a repair's ``preview``/``submit`` receive."""
 
     aggregate: StateMachine
-    data: dict[str, Any]          # the form's cleaned data (without the reason)
-    actor: str                    # "user:<username>"
+    data: dict[str, Any]  # the form's cleaned data (without the reason)
+    actor: str  # "user:<username>"
     reason: str
-    observed_version: int         # the version the operator previewed
+    observed_version: int  # the version the operator previewed
 
     @property
     def identity(self) -> str:
@@ -156,9 +164,14 @@ def policy_owner(model: type[StateMachine], state: str) -> str:
     return policy.owner if policy else ""
 
 
-def event_repair(model: type[StateMachine], event_type: str, *, label: str | None = None,
-                 form_class: type[RepairForm] = EventPayloadForm,
-                 payload: Callable[[RepairRequest], dict[str, Any]] | None = None) -> Repair:
+def event_repair(
+    model: type[StateMachine],
+    event_type: str,
+    *,
+    label: str | None = None,
+    form_class: type[RepairForm] = EventPayloadForm,
+    payload: Callable[[RepairRequest], dict[str, Any]] | None = None,
+) -> Repair:
     """A repair that applies one machine event through the kernel (the generic one, or an app's own
     with a nicer form: pass ``form_class`` and ``payload`` built from its cleaned data)."""
     from workflow import kernel
@@ -169,8 +182,15 @@ def event_repair(model: type[StateMachine], event_type: str, *, label: str | Non
         return dict(req.data.get("payload") or {})
 
     def run(req: RepairRequest, dry_run: bool):
-        return kernel.apply(req.aggregate, event_type, req.identity, build_payload(req),
-                            actor=req.actor, reason=req.reason, dry_run=dry_run)
+        return kernel.apply(
+            req.aggregate,
+            event_type,
+            req.identity,
+            build_payload(req),
+            actor=req.actor,
+            reason=req.reason,
+            dry_run=dry_run,
+        )
 
     rule = None
     targets: list[str] = []
@@ -182,9 +202,15 @@ def event_repair(model: type[StateMachine], event_type: str, *, label: str | Non
     description = f"Applies the repair event “{event_type}” → {' or '.join(str(t) for t in targets)}."
     if rule is not None and getattr(model, event_type).__doc__:
         description += " " + getattr(model, event_type).__doc__.strip().splitlines()[0]
-    return Repair(key=f"event-{event_type}", label=label or f"Apply “{event_type}”", event_type=event_type,
-                  preview=lambda req: run(req, True), submit=lambda req: run(req, False),
-                  form_class=form_class, description=description)
+    return Repair(
+        key=f"event-{event_type}",
+        label=label or f"Apply “{event_type}”",
+        event_type=event_type,
+        preview=lambda req: run(req, True),
+        submit=lambda req: run(req, False),
+        form_class=form_class,
+        description=description,
+    )
 
 
 # --- the registry ---------------------------------------------------------------------------------
@@ -201,9 +227,17 @@ class Page:
 _pages: dict[str, Page] = {}
 
 
-def register(model: type[StateMachine], *, title=None, owner=None, current_attempt=None, search=None,
-             sections: Iterable[Section] = (), repairs: Iterable[Repair] = (),
-             generic_repairs: bool = True) -> ConsoleMachine:
+def register(
+    model: type[StateMachine],
+    *,
+    title=None,
+    owner=None,
+    current_attempt=None,
+    search=None,
+    sections: Iterable[Section] = (),
+    repairs: Iterable[Repair] = (),
+    generic_repairs: bool = True,
+) -> ConsoleMachine:
     """Register (or extend) the console's knowledge of one machine. Calling it twice merges."""
     entry = _machines.get(model.aggregate_label()) or ConsoleMachine(model=model)
     entry.title = title or entry.title

@@ -45,7 +45,7 @@ class Classification:
 EVIDENCE_RESULTS = (Result.NEEDS_REVIEW.value, Result.CONFLICT.value)
 
 SORTS = {
-    "age": "entered_state_at ASC, machine ASC, aggregate_id ASC",         # oldest first
+    "age": "entered_state_at ASC, machine ASC, aggregate_id ASC",  # oldest first
     "-age": "entered_state_at DESC, machine ASC, aggregate_id DESC",
     "machine": "machine ASC, state ASC, entered_state_at ASC, aggregate_id ASC",
     "state": "state ASC, entered_state_at ASC, machine ASC, aggregate_id ASC",
@@ -57,7 +57,7 @@ SORTS = {
 
 @dataclasses.dataclass(frozen=True)
 class WaitingFilter:
-    machine: str | None = None          # aggregate label, e.g. "orders.order"
+    machine: str | None = None  # aggregate label, e.g. "orders.order"
     state: str | None = None
     classification: str | None = None
     older_than_seconds: int | None = None
@@ -127,8 +127,10 @@ def _branch(model: type[StateMachine], flt: WaitingFilter, now: datetime) -> tup
     if flt.aggregate_id is not None:
         where.append("a.id = %s")
         where_params.append(flt.aggregate_id)
-    last_event = (f"LEFT JOIN LATERAL (SELECT t.result FROM {transitions} t WHERE t.aggregate_type = %s "
-                  f"AND t.aggregate_id = a.id ORDER BY t.id DESC LIMIT 1) lt ON true")
+    last_event = (
+        f"LEFT JOIN LATERAL (SELECT t.result FROM {transitions} t WHERE t.aggregate_type = %s "  # noqa: S608 - quoted identifiers and constants; values are parameters
+        f"AND t.aggregate_id = a.id ORDER BY t.id DESC LIMIT 1) lt ON true"
+    )
     if model is OutboxItem:
         # An outbox item is its own owed work: its attempts, next retry and last error.
         sql = f"""
@@ -139,7 +141,7 @@ def _branch(model: type[StateMachine], flt: WaitingFilter, now: datetime) -> tup
                    (a.state = 'dead') AS has_dead, (a.state = 'retry_scheduled') AS has_retry,
                    lt.result AS last_result, a.effect_type AS hint
             FROM {table} a {last_event}
-            WHERE {' AND '.join(where)}"""
+            WHERE {" AND ".join(where)}"""  # noqa: S608
         return sql, [label, label, *where_params]
     sql = f"""
         SELECT %s AS machine, a.id AS aggregate_id, a.state, a.entered_state_at, a.state_version,
@@ -159,7 +161,7 @@ def _branch(model: type[StateMachine], flt: WaitingFilter, now: datetime) -> tup
             WHERE o.aggregate_type = %s AND o.aggregate_id = a.id AND o.state <> 'delivered'
         ) ob ON true
         {last_event}
-        WHERE {' AND '.join(where)}"""
+        WHERE {" AND ".join(where)}"""  # noqa: S608
     return sql, [label, label, label, *where_params]
 
 
@@ -186,7 +188,7 @@ def _classified_sql(flt: WaitingFilter, now: datetime) -> tuple[str, list[Any]] 
                 WHEN w.has_retry THEN '{Classification.RETRY_SCHEDULED}'
                 ELSE '{Classification.WAITING_NORMALLY}' END AS classification
             FROM ({union}) w
-        ) c"""
+        ) c"""  # noqa: S608
     params = [REVIEW_STATE, *EVIDENCE_RESULTS, *params]
     if flt.classification:
         sql += " WHERE classification = %s"
@@ -194,7 +196,9 @@ def _classified_sql(flt: WaitingFilter, now: datetime) -> tuple[str, list[Any]] 
     return sql, params
 
 
-def waiting_sql(flt: WaitingFilter, *, page: int = 1, page_size: int = PAGE_SIZE) -> tuple[str, list[Any]] | None:
+def waiting_sql(
+    flt: WaitingFilter, *, page: int = 1, page_size: int = PAGE_SIZE
+) -> tuple[str, list[Any]] | None:
     """The page query (exposed for EXPLAIN in tests and docs)."""
     base = _classified_sql(flt, clock.now())
     if base is None:
@@ -211,19 +215,33 @@ def waiting_list(flt: WaitingFilter, *, page: int = 1, page_size: int = PAGE_SIZ
         return WaitingPage([], 0, 1, 1, flt)
     sql, params = base
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM ({sql}) counted", params)
+        cursor.execute(f"SELECT count(*) FROM ({sql}) counted", params)  # noqa: S608 - quoted identifiers and constants; values are parameters
         total = cursor.fetchone()[0]
         pages = max(1, -(-total // page_size))
         page = min(max(1, page), pages)
         order = SORTS.get(flt.sort, SORTS["age"])
-        cursor.execute(f"{sql} ORDER BY {order} LIMIT %s OFFSET %s", [*params, page_size, (page - 1) * page_size])
+        cursor.execute(
+            f"{sql} ORDER BY {order} LIMIT %s OFFSET %s", [*params, page_size, (page - 1) * page_size]
+        )
         columns = [c.name for c in cursor.description]
         raw = [dict(zip(columns, r, strict=True)) for r in cursor.fetchall()]
-    rows = [WaitingRow(machine=r["machine"], aggregate_id=r["aggregate_id"], state=r["state"],
-                       entered_state_at=r["entered_state_at"], version=r["state_version"], owed=r["owed"],
-                       attempts=r["attempts"], next_retry=r["next_retry"], last_error=r["last_error"] or "",
-                       last_result=r["last_result"] or "", hint=r["hint"] or "",
-                       classification=r["classification"]) for r in raw]
+    rows = [
+        WaitingRow(
+            machine=r["machine"],
+            aggregate_id=r["aggregate_id"],
+            state=r["state"],
+            entered_state_at=r["entered_state_at"],
+            version=r["state_version"],
+            owed=r["owed"],
+            attempts=r["attempts"],
+            next_retry=r["next_retry"],
+            last_error=r["last_error"] or "",
+            last_result=r["last_result"] or "",
+            hint=r["hint"] or "",
+            classification=r["classification"],
+        )
+        for r in raw
+    ]
     _decorate(rows, now)
     return WaitingPage(rows, total, page, pages, flt)
 
@@ -258,7 +276,7 @@ def classification_counts() -> dict[str, int]:
         return counts
     sql, params = base
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT classification, count(*) FROM ({sql}) c GROUP BY classification", params)
+        cursor.execute(f"SELECT classification, count(*) FROM ({sql}) c GROUP BY classification", params)  # noqa: S608 - quoted identifiers and constants; values are parameters
         counts.update(dict(cursor.fetchall()))
     return counts
 
@@ -311,16 +329,26 @@ def machine_summaries() -> list[MachineSummary]:
         for state in model.all_states():
             terminal = state in model.TERMINAL_STATES
             policy = model.WAIT_POLICIES.get(state)
-            item = StateCount(state=state, count=counts.get(state, 0), terminal=terminal,
-                              overdue_after=policy.overdue_after_seconds if policy else None,
-                              owner=policy.owner if policy else "")
+            item = StateCount(
+                state=state,
+                count=counts.get(state, 0),
+                terminal=terminal,
+                overdue_after=policy.overdue_after_seconds if policy else None,
+                owner=policy.owner if policy else "",
+            )
             if not terminal and item.count:
-                oldest = (model.objects.filter(state=state).order_by("entered_state_at", "id")
-                          .values("id", "entered_state_at").first())
+                oldest = (
+                    model.objects.filter(state=state)
+                    .order_by("entered_state_at", "id")
+                    .values("id", "entered_state_at")
+                    .first()
+                )
                 if oldest:
                     item.oldest_id, item.oldest_entered_at = oldest["id"], oldest["entered_state_at"]
             states.append(item)
-        out.append(MachineSummary(model.aggregate_label(), model.MACHINE_NAME or model.aggregate_label(), states))
+        out.append(
+            MachineSummary(model.aggregate_label(), model.MACHINE_NAME or model.aggregate_label(), states)
+        )
     return out
 
 
@@ -331,7 +359,9 @@ def outbox_summary() -> dict[str, Any]:
         "retry_scheduled": counts.get(OutboxItem.State.RETRY_SCHEDULED, 0),
         "dead": counts.get(OutboxItem.State.DEAD, 0),
         "undelivered": sum(counts.get(s, 0) for s in ("pending", "retry_scheduled", "dead")),
-        "dead_items": list(OutboxItem.objects.filter(state=OutboxItem.State.DEAD).order_by("entered_state_at", "id")[:10]),
+        "dead_items": list(
+            OutboxItem.objects.filter(state=OutboxItem.State.DEAD).order_by("entered_state_at", "id")[:10]
+        ),
     }
 
 
@@ -343,8 +373,12 @@ def dead_items(*, effect_type: str | None = None):
 
 
 def dead_effect_types() -> list[str]:
-    return list(OutboxItem.objects.filter(state=OutboxItem.State.DEAD).order_by("effect_type")
-                .values_list("effect_type", flat=True).distinct())
+    return list(
+        OutboxItem.objects.filter(state=OutboxItem.State.DEAD)
+        .order_by("effect_type")
+        .values_list("effect_type", flat=True)
+        .distinct()
+    )
 
 
 def history_mismatches(limit_per_machine: int = 50):
@@ -353,14 +387,20 @@ def history_mismatches(limit_per_machine: int = 50):
 
 def recent_rejections(limit: int = 15):
     """The latest events the kernel refused or flagged (stale, illegal, conflict, needs_review)."""
-    return list(Transition.objects.exclude(result__in=[Result.APPLIED, Result.ALREADY_APPLIED])
-                .order_by("-id")[:limit])
+    return list(
+        Transition.objects.exclude(result__in=[Result.APPLIED, Result.ALREADY_APPLIED]).order_by("-id")[
+            :limit
+        ]
+    )
 
 
 # --- one aggregate --------------------------------------------------------------------------------
 def aggregate_outbox(aggregate: StateMachine):
-    items = list(OutboxItem.objects.filter(aggregate_type=aggregate.aggregate_label(), aggregate_id=aggregate.pk)
-                 .order_by("id"))
+    items = list(
+        OutboxItem.objects.filter(
+            aggregate_type=aggregate.aggregate_label(), aggregate_id=aggregate.pk
+        ).order_by("id")
+    )
     attempts: dict[int, list[OutboxAttempt]] = {}
     for attempt in OutboxAttempt.objects.filter(item__in=items).order_by("item_id", "number"):
         attempts.setdefault(attempt.item_id, []).append(attempt)
@@ -370,13 +410,19 @@ def aggregate_outbox(aggregate: StateMachine):
 
 
 def aggregate_timers(aggregate: StateMachine):
-    return list(Timer.objects.filter(aggregate_type=aggregate.aggregate_label(), aggregate_id=aggregate.pk)
-                .order_by("scheduled_at", "id"))
+    return list(
+        Timer.objects.filter(aggregate_type=aggregate.aggregate_label(), aggregate_id=aggregate.pk).order_by(
+            "scheduled_at", "id"
+        )
+    )
 
 
 def aggregate_timeline(aggregate: StateMachine):
-    return list(Transition.objects.filter(aggregate_type=aggregate.aggregate_label(), aggregate_id=aggregate.pk)
-                .order_by("id"))
+    return list(
+        Transition.objects.filter(
+            aggregate_type=aggregate.aggregate_label(), aggregate_id=aggregate.pk
+        ).order_by("id")
+    )
 
 
 def aggregate_classification(aggregate: StateMachine) -> WaitingRow | None:
@@ -385,8 +431,12 @@ def aggregate_classification(aggregate: StateMachine) -> WaitingRow | None:
     return page.rows[0] if page.rows else None
 
 
-def explain(aggregate: StateMachine, row: WaitingRow | None, timeline: list[Transition],
-            outbox_items: list[OutboxItem]) -> str:
+def explain(
+    aggregate: StateMachine,
+    row: WaitingRow | None,
+    timeline: list[Transition],
+    outbox_items: list[OutboxItem],
+) -> str:
     """One sentence for support: why the record is where it is, from the same facts as the waiting list."""
     if row is None:
         return f"Finished: {aggregate.state} is a final state."
@@ -398,8 +448,10 @@ def explain(aggregate: StateMachine, row: WaitingRow | None, timeline: list[Tran
         if aggregate.state == REVIEW_STATE:
             text += "it is in manual review and waits for an operator. "
         if flagged is not None:
-            text += (f"Event “{flagged.event_type}” from {flagged.actor or 'unknown'} was classified "
-                     f"{flagged.result}: {flagged.detail or 'no detail'}.")
+            text += (
+                f"Event “{flagged.event_type}” from {flagged.actor or 'unknown'} was classified "
+                f"{flagged.result}: {flagged.detail or 'no detail'}."
+            )
         return text.strip()
     if isinstance(aggregate, OutboxItem):
         own = [aggregate]
@@ -408,15 +460,19 @@ def explain(aggregate: StateMachine, row: WaitingRow | None, timeline: list[Tran
     if row.classification == Classification.RETRIES_EXHAUSTED:
         dead = next((i for i in own if i.state == OutboxItem.State.DEAD), None)
         if dead is not None:
-            return (f"Automatic retries exhausted: “{dead.effect_type}” (outbox #{dead.pk}) failed "
-                    f"{dead.attempts} time(s) and stopped; an operator must requeue it or repair the record. "
-                    f"Last error: {dead.last_error.splitlines()[0] if dead.last_error else 'none recorded'}")
+            return (
+                f"Automatic retries exhausted: “{dead.effect_type}” (outbox #{dead.pk}) failed "
+                f"{dead.attempts} time(s) and stopped; an operator must requeue it or repair the record. "
+                f"Last error: {dead.last_error.splitlines()[0] if dead.last_error else 'none recorded'}"
+            )
     if row.classification == Classification.RETRY_SCHEDULED:
         retrying = next((i for i in own if i.state == OutboxItem.State.RETRY_SCHEDULED), None)
         if retrying is not None:
-            return (f"Retry scheduled: “{retrying.effect_type}” (outbox #{retrying.pk}) failed "
-                    f"{retrying.attempts} time(s); the next automatic attempt is at "
-                    f"{retrying.next_attempt_at:%Y-%m-%d %H:%M:%S %Z}. Nothing to do unless it keeps failing.")
+            return (
+                f"Retry scheduled: “{retrying.effect_type}” (outbox #{retrying.pk}) failed "
+                f"{retrying.attempts} time(s); the next automatic attempt is at "
+                f"{retrying.next_attempt_at:%Y-%m-%d %H:%M:%S %Z}. Nothing to do unless it keeps failing."
+            )
     waiting_on = row.owner or (policy.owner if policy else "")
     text = f"Waiting normally on {waiting_on}."
     if policy is not None and policy.timer_event:
@@ -441,8 +497,11 @@ def find(query: str) -> list[tuple[type[StateMachine], StateMachine]]:
         if sep in query:
             prefix, raw_id = query.rsplit(sep, 1)
             prefix = prefix.strip().lower()
-            candidates = [m for m in machines()
-                          if prefix in (m.aggregate_label(), (m.MACHINE_NAME or "").lower(), m._meta.model_name)]
+            candidates = [
+                m
+                for m in machines()
+                if prefix in (m.aggregate_label(), (m.MACHINE_NAME or "").lower(), m._meta.model_name)
+            ]
             break
     raw_id = raw_id.strip()
     if raw_id.isdigit():

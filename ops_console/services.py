@@ -1,4 +1,4 @@
-"""Writers of the console: repairs (always through the app's service / ``workflow.kernel.apply``) and users."""
+"""Writers of the console: repairs (through the app's service or ``workflow.kernel.apply``) and users."""
 
 from __future__ import annotations
 
@@ -34,20 +34,28 @@ class RepairAnswer:
         return self.outcomes[0] if len(self.outcomes) == 1 else None
 
 
-def _request(aggregate: StateMachine, repair: Repair, data: dict[str, Any], actor: str, reason: str,
-             observed_version: int) -> RepairRequest:
+def _request(
+    aggregate: StateMachine,
+    repair: Repair,
+    data: dict[str, Any],
+    actor: str,
+    reason: str,
+    observed_version: int,
+) -> RepairRequest:
     body = {k: v for k, v in data.items() if k != "reason"}
     body["_repair_key"] = repair.key
-    return RepairRequest(aggregate=aggregate, data=body, actor=actor, reason=reason,
-                         observed_version=observed_version)
+    return RepairRequest(
+        aggregate=aggregate, data=body, actor=actor, reason=reason, observed_version=observed_version
+    )
 
 
 def _as_list(value) -> list[Any]:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
-def repair_preview(*, aggregate: StateMachine, repair: Repair, data: dict[str, Any], actor: str,
-                   reason: str) -> RepairAnswer:
+def repair_preview(
+    *, aggregate: StateMachine, repair: Repair, data: dict[str, Any], actor: str, reason: str
+) -> RepairAnswer:
     """The dry run: what the repair would answer now. Writes nothing."""
     if not reason.strip():
         raise ValidationFailed("a repair needs a reason", details={"field": "reason"})
@@ -56,21 +64,33 @@ def repair_preview(*, aggregate: StateMachine, repair: Repair, data: dict[str, A
     return RepairAnswer(dry_run=True, outcomes=_as_list(repair.preview(req)), observed_version=version)
 
 
-def repair_submit(*, aggregate: StateMachine, repair: Repair, data: dict[str, Any], actor: str, reason: str,
-                  previewed_version: int) -> RepairAnswer:
+def repair_submit(
+    *,
+    aggregate: StateMachine,
+    repair: Repair,
+    data: dict[str, Any],
+    actor: str,
+    reason: str,
+    previewed_version: int,
+) -> RepairAnswer:
     """Apply the repair previewed at ``previewed_version``. If the aggregate moved since the preview the
     caller must preview again (``ValidationFailed`` with field ``version``): nobody repairs blind."""
     if not reason.strip():
         raise ValidationFailed("a repair needs a reason", details={"field": "reason"})
     if aggregate.state_version != previewed_version:
-        raise ValidationFailed("the record changed since the preview; preview again",
-                               details={"field": "version", "current": aggregate.state_version})
+        raise ValidationFailed(
+            "the record changed since the preview; preview again",
+            details={"field": "version", "current": aggregate.state_version},
+        )
     req = _request(aggregate, repair, data, actor, reason, previewed_version)
-    return RepairAnswer(dry_run=False, outcomes=_as_list(repair.submit(req)), observed_version=previewed_version)
+    return RepairAnswer(
+        dry_run=False, outcomes=_as_list(repair.submit(req)), observed_version=previewed_version
+    )
 
 
-def outbox_bulk_requeue(*, actor: str, reason: str, effect_type: str | None, dry_run: bool,
-                        expected_count: int | None = None) -> list[Any]:
+def outbox_bulk_requeue(
+    *, actor: str, reason: str, effect_type: str | None, dry_run: bool, expected_count: int | None = None
+) -> list[Any]:
     """Requeue every dead item (of one effect type, or all) with one reason. A real run must name the
     count the operator previewed: if more items died meanwhile, they are not requeued unseen."""
     if not reason.strip():
@@ -78,10 +98,14 @@ def outbox_bulk_requeue(*, actor: str, reason: str, effect_type: str | None, dry
     if dry_run:
         return outbox.outbox_requeue_dead(actor=actor, reason=reason, effect_type=effect_type, dry_run=True)
     with transaction.atomic():
-        preview = outbox.outbox_requeue_dead(actor=actor, reason=reason, effect_type=effect_type, dry_run=True)
+        preview = outbox.outbox_requeue_dead(
+            actor=actor, reason=reason, effect_type=effect_type, dry_run=True
+        )
         if expected_count is not None and len(preview) != expected_count:
-            raise ValidationFailed(f"{len(preview)} dead items now, {expected_count} were previewed; preview again",
-                                   details={"field": "expected_count", "current": len(preview)})
+            raise ValidationFailed(
+                f"{len(preview)} dead items now, {expected_count} were previewed; preview again",
+                details={"field": "expected_count", "current": len(preview)},
+            )
         return outbox.outbox_requeue_dead(actor=actor, reason=reason, effect_type=effect_type)
 
 

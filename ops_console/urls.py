@@ -6,8 +6,13 @@ from . import views
 app_name = "console"
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(template_name="ops_console/login.html",
-                                                redirect_authenticated_user=True), name="login"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(
+            template_name="ops_console/login.html", redirect_authenticated_user=True
+        ),
+        name="login",
+    ),
     path("logout/", auth_views.LogoutView.as_view(next_page="console:login"), name="logout"),
     path("", views.dashboard, name="dashboard"),
     path("waiting/", views.waiting, name="waiting"),

@@ -36,8 +36,14 @@ def detail_link(label: str, pk) -> str:
 
 @register.filter
 def result_class(result: str) -> str:
-    return {"applied": "ok", "already_applied": "ok", "needs_review": "warn", "conflict": "bad",
-            "stale": "muted", "illegal": "bad"}.get(str(result), "muted")
+    return {
+        "applied": "ok",
+        "already_applied": "ok",
+        "needs_review": "warn",
+        "conflict": "bad",
+        "stale": "muted",
+        "illegal": "bad",
+    }.get(str(result), "muted")
 
 
 @register.simple_tag

@@ -19,7 +19,9 @@ from workflow.models import OutboxItem
 PASSWORD = "correct horse battery"
 
 
-@outbox.effect_handler("console_test.provider_down", max_attempts=2, base_delay_seconds=5, max_delay_seconds=5)
+@outbox.effect_handler(
+    "console_test.provider_down", max_attempts=2, base_delay_seconds=5, max_delay_seconds=5
+)
 def provider_down(item):
     raise outbox.RetryableEffectError("provider answered 503 Service Unavailable (request id req_123)")
 
@@ -59,14 +61,23 @@ def make_review_parcel(**fields) -> Parcel:
     """A parcel routed to manual_review by evidence: the carrier's weight differs from ours."""
     parcel = make_parcel(**fields)
     kernel.apply(parcel, "pack", "pack-1", {"weight_grams": 500}, actor="warehouse")
-    outcome = kernel.apply(parcel, "ship", "ship-1", {"weight_grams": 900, "booking": "bk-1"}, actor="carrier")
+    outcome = kernel.apply(
+        parcel, "ship", "ship-1", {"weight_grams": 900, "booking": "bk-1"}, actor="carrier"
+    )
     assert outcome.result == "needs_review" and parcel.state == "manual_review"
     return parcel
 
 
 def promise_for(parcel: Parcel, effect_type: str = "console_test.provider_down", **fields) -> OutboxItem:
-    return kernel.create(OutboxItem, actor="test", effect_type=effect_type, effect_key=f"test:{uuid.uuid4()}",
-                         aggregate_type=parcel.aggregate_label(), aggregate_id=parcel.pk, **fields)
+    return kernel.create(
+        OutboxItem,
+        actor="test",
+        effect_type=effect_type,
+        effect_key=f"test:{uuid.uuid4()}",
+        aggregate_type=parcel.aggregate_label(),
+        aggregate_id=parcel.pk,
+        **fields,
+    )
 
 
 def make_retrying_item(parcel: Parcel) -> OutboxItem:

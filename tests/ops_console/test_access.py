@@ -40,12 +40,27 @@ def read_pages(records) -> list[str]:
 def repair_posts(records) -> list[tuple[str, dict]]:
     review, dead = records["review"], records["dead"]
     return [
-        (reverse("console:repair", args=["kernel_app.parcel", review.pk, "event-resolve"]),
-         {"event-resolve-reason": "carrier re-weighed it", "event-resolve-payload": '{"decision": "ship"}',
-          "action": "submit", "previewed_version": str(review.state_version)}),
-        (reverse("console:repair", args=["workflow.outboxitem", dead.pk, "requeue"]),
-         {"requeue-reason": "provider is back", "action": "submit", "previewed_version": str(dead.state_version)}),
-        (reverse("console:bulk-requeue"), {"reason": "provider is back", "action": "submit", "expected_count": "1"}),
+        (
+            reverse("console:repair", args=["kernel_app.parcel", review.pk, "event-resolve"]),
+            {
+                "event-resolve-reason": "carrier re-weighed it",
+                "event-resolve-payload": '{"decision": "ship"}',
+                "action": "submit",
+                "previewed_version": str(review.state_version),
+            },
+        ),
+        (
+            reverse("console:repair", args=["workflow.outboxitem", dead.pk, "requeue"]),
+            {
+                "requeue-reason": "provider is back",
+                "action": "submit",
+                "previewed_version": str(dead.state_version),
+            },
+        ),
+        (
+            reverse("console:bulk-requeue"),
+            {"reason": "provider is back", "action": "submit", "expected_count": "1"},
+        ),
     ]
 
 
@@ -93,7 +108,9 @@ def test_user_without_a_console_role_is_refused(db, django_user_model, records):
 def test_operator_reads_every_page_and_sees_repair_forms(operator_client, records):
     for url in read_pages(records):
         assert operator_client.get(url).status_code == 200, url
-    html = operator_client.get(reverse("console:detail", args=["kernel_app.parcel", records["review"].pk])).content.decode()
+    html = operator_client.get(
+        reverse("console:detail", args=["kernel_app.parcel", records["review"].pk])
+    ).content.decode()
     assert "Preview (dry run)" in html and "/repair/event-resolve/" in html
 
 
@@ -115,8 +132,9 @@ def test_login_with_password_then_logout(support_user):
     client = Client(enforce_csrf_checks=False)
     response = client.post(reverse("console:login"), {"username": "sam-support", "password": "wrong"})
     assert response.status_code == 200 and "Wrong username or password" in response.content.decode()
-    response = client.post(reverse("console:login"), {"username": "sam-support",
-                                                      "password": "correct horse battery"})
+    response = client.post(
+        reverse("console:login"), {"username": "sam-support", "password": "correct horse battery"}
+    )
     assert response.status_code == 302 and response["Location"] == "/console/"
     assert client.get("/console/").status_code == 200
     client.post(reverse("console:logout"))

@@ -23,8 +23,15 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls in the test body are plain
 # synchronous calls made between browser steps, never from inside the loop.
@@ -120,8 +127,10 @@ def test_operator_resolves_a_manual_review_parcel(page, live_server, scenario):
     assert page.locator("svg.diagram #state_manual_review").count() == 1
     shot(page, "06-parcel-manual-review-detail")
 
-    page.fill("#repair-event-resolve textarea[name=event-resolve-reason]",
-              "carrier re-weighed the parcel: 500 g, our figure was right")
+    page.fill(
+        "#repair-event-resolve textarea[name=event-resolve-reason]",
+        "carrier re-weighed the parcel: 500 g, our figure was right",
+    )
     page.fill("#repair-event-resolve textarea[name=event-resolve-payload]", '{"decision": "ship"}')
     page.click("#repair-event-resolve button[type=submit]")
     assert re.search(r"applied\s+manual_review → shipped", page.inner_text("#preview"))
@@ -133,7 +142,9 @@ def test_operator_resolves_a_manual_review_parcel(page, live_server, scenario):
     assert "user:olga-operator" in entry.inner_text() and "carrier re-weighed" in entry.inner_text()
     # the rejected evidence stays visible in the same timeline
     assert page.locator("#timeline tr[data-result=needs_review]").count() == 1
-    record = Transition.objects.get(aggregate_id=review.pk, aggregate_type="kernel_app.parcel", event_type="resolve")
+    record = Transition.objects.get(
+        aggregate_id=review.pk, aggregate_type="kernel_app.parcel", event_type="resolve"
+    )
     assert record.actor == "user:olga-operator"
     shot(page, "08-parcel-after-resolve")
 
@@ -149,13 +160,16 @@ def test_support_sees_no_repair_buttons_and_a_forged_post_is_refused(page, live_
     shot(page, "09-support-view-of-review-parcel")
 
     # A forged POST from the support user's own browser session, with a valid CSRF token.
-    status = page.evaluate("""async ([url, reason]) => {
+    status = page.evaluate(
+        """async ([url, reason]) => {
         const token = document.querySelector('input[name=csrfmiddlewaretoken]').value;
         const body = new URLSearchParams({csrfmiddlewaretoken: token, 'event-resolve-reason': reason,
             'event-resolve-payload': '{"decision": "cancel"}', action: 'submit', previewed_version: '3'});
         const r = await fetch(url, {method: 'POST', body, credentials: 'same-origin'});
         return r.status;
-    }""", [f"/console/kernel_app.parcel/{review.pk}/repair/event-resolve/", "forged"])
+    }""",
+        [f"/console/kernel_app.parcel/{review.pk}/repair/event-resolve/", "forged"],
+    )
     assert status == 403
     forged_bulk = page.evaluate("""async () => {
         const token = document.querySelector('input[name=csrfmiddlewaretoken]').value;
@@ -176,10 +190,12 @@ def test_support_sees_no_repair_buttons_and_a_forged_post_is_refused(page, live_
 
 def test_main_pages_render_for_support(page, live_server, scenario):
     log_in(page, live_server, "sam-support")
-    for name, path in [("11-waiting-all", "/console/waiting/?sort=classification"),
-                       ("12-diagrams", "/console/diagrams/"),
-                       ("13-did-it-print", "/console/did-it-print/"),
-                       ("14-dashboard-support", "/console/")]:
+    for name, path in [
+        ("11-waiting-all", "/console/waiting/?sort=classification"),
+        ("12-diagrams", "/console/diagrams/"),
+        ("13-did-it-print", "/console/did-it-print/"),
+        ("14-dashboard-support", "/console/"),
+    ]:
         page.goto(live_server.url + path)
         assert page.locator("header.top").count() == 1
         shot(page, name)

@@ -31,8 +31,15 @@ def parcel_registration():
 
     def resolve(req, dry_run):
         # An app's repair calls its own service; here the service is the kernel call itself.
-        return kernel.apply(req.aggregate, "resolve", req.identity, {"decision": req.data["decision"]},
-                            actor=req.actor, reason=req.reason, dry_run=dry_run)
+        return kernel.apply(
+            req.aggregate,
+            "resolve",
+            req.identity,
+            {"decision": req.data["decision"]},
+            actor=req.actor,
+            reason=req.reason,
+            dry_run=dry_run,
+        )
 
     registry.register(
         Parcel,
@@ -40,14 +47,30 @@ def parcel_registration():
         owner=lambda p: "carrier desk" if p.state == "manual_review" else None,
         current_attempt=lambda p: p.booking or None,
         search=lambda q: Parcel.objects.filter(booking=q),
-        sections=[registry.Section("Carrier booking", "kernel_app/console_booking_section.html",
-                                   lambda p: {"booking": p.booking or "none"})],
-        repairs=[registry.Repair(key="resolve-review", label="Resolve the review", event_type="resolve",
-                                 form_class=DecisionForm, applies=lambda p: p.state == "manual_review",
-                                 preview=lambda req: resolve(req, True), submit=lambda req: resolve(req, False))],
+        sections=[
+            registry.Section(
+                "Carrier booking",
+                "kernel_app/console_booking_section.html",
+                lambda p: {"booking": p.booking or "none"},
+            )
+        ],
+        repairs=[
+            registry.Repair(
+                key="resolve-review",
+                label="Resolve the review",
+                event_type="resolve",
+                form_class=DecisionForm,
+                applies=lambda p: p.state == "manual_review",
+                preview=lambda req: resolve(req, True),
+                submit=lambda req: resolve(req, False),
+            )
+        ],
     )
-    registry.register_page("did-it-print", title="Did it print?",
-                           view=lambda request: HttpResponse("printing's own support view"))
+    registry.register_page(
+        "did-it-print",
+        title="Did it print?",
+        view=lambda request: HttpResponse("printing's own support view"),
+    )
     yield
     registry._machines.clear()
     registry._machines.update(saved_machines)
@@ -55,18 +78,31 @@ def parcel_registration():
     registry._pages.update(saved_pages)
 
 
-def test_an_app_registration_shows_title_owner_section_and_its_own_repair(parcel_registration, operator_client):
+def test_an_app_registration_shows_title_owner_section_and_its_own_repair(
+    parcel_registration, operator_client
+):
     parcel = make_review_parcel(booking="bk-1")
-    html = operator_client.get(reverse("console:detail", args=["kernel_app.parcel", parcel.pk])).content.decode()
+    html = operator_client.get(
+        reverse("console:detail", args=["kernel_app.parcel", parcel.pk])
+    ).content.decode()
     assert "to 1 Test Street" in html and "carrier desk" in html
     assert "Carrier booking" in html and "booking: bk-1" in html
-    assert "/repair/resolve-review/" in html and "/repair/event-resolve/" not in html  # replaces the generic one
+    assert (
+        "/repair/resolve-review/" in html and "/repair/event-resolve/" not in html
+    )  # replaces the generic one
     waiting = operator_client.get(reverse("console:waiting") + "?machine=kernel_app.parcel").content.decode()
     assert "to 1 Test Street" in waiting and "carrier desk" in waiting and "current attempt: bk-1" in waiting
 
     url = reverse("console:repair", args=["kernel_app.parcel", parcel.pk, "resolve-review"])
-    operator_client.post(url, {"resolve-review-reason": "customer asked", "resolve-review-decision": "cancel",
-                               "action": "submit", "previewed_version": str(parcel.state_version)})
+    operator_client.post(
+        url,
+        {
+            "resolve-review-reason": "customer asked",
+            "resolve-review-decision": "cancel",
+            "action": "submit",
+            "previewed_version": str(parcel.state_version),
+        },
+    )
     parcel.refresh_from_db()
     assert parcel.state == "cancelled"
     assert Transition.objects.get(aggregate_id=parcel.pk, event_type="resolve").reason == "customer asked"
@@ -97,7 +133,9 @@ def test_create_console_user_command(db):
     assert client.login(username="pat", password="s3cret-pass")
     assert client.get("/console/").status_code == 200
     assert client.post(reverse("console:bulk-requeue"), {"reason": "x"}).status_code == 403
-    call_command("create_console_user", "--username", "pat", "--password", "s3cret-pass", "--role", "operator")
+    call_command(
+        "create_console_user", "--username", "pat", "--password", "s3cret-pass", "--role", "operator"
+    )
     assert client.login(username="pat", password="s3cret-pass")  # a new password ends old sessions
     assert client.post(reverse("console:bulk-requeue"), {"reason": "x"}).status_code == 200
 
@@ -108,13 +146,22 @@ def test_admin_is_read_only_for_machines_and_history(db, django_user_model):
     client.force_login(admin_user)
     item = make_dead_item(make_parcel())
     parcel = make_parcel()
-    for url in ("/admin/workflow/outboxitem/", f"/admin/workflow/outboxitem/{item.pk}/change/",
-                "/admin/workflow/transition/", "/admin/workflow/timer/", "/admin/workflow/outboxattempt/",
-                "/admin/kernel_app/parcel/", f"/admin/kernel_app/parcel/{parcel.pk}/change/"):
+    for url in (
+        "/admin/workflow/outboxitem/",
+        f"/admin/workflow/outboxitem/{item.pk}/change/",
+        "/admin/workflow/transition/",
+        "/admin/workflow/timer/",
+        "/admin/workflow/outboxattempt/",
+        "/admin/kernel_app/parcel/",
+        f"/admin/kernel_app/parcel/{parcel.pk}/change/",
+    ):
         assert client.get(url).status_code == 200, url
     page = client.get(f"/admin/workflow/outboxitem/{item.pk}/change/").content.decode()
     assert 'name="state"' not in page and "Save" not in page
-    assert client.post(f"/admin/workflow/outboxitem/{item.pk}/change/", {"state": "delivered"}).status_code == 403
+    assert (
+        client.post(f"/admin/workflow/outboxitem/{item.pk}/change/", {"state": "delivered"}).status_code
+        == 403
+    )
     assert OutboxItem.objects.get(pk=item.pk).state == "dead"
     assert client.get("/admin/workflow/transition/add/").status_code == 403
 

@@ -66,7 +66,9 @@ def test_a_conflicting_event_makes_a_waiting_record_evidence_conflicts():
     kernel.apply(parcel, "pack", "pack-1", {"weight_grams": 500}, actor="warehouse")
     assert row_of(PARCEL, parcel.pk).classification == Classification.WAITING_NORMALLY
     # The same identity re-used with different content: recorded as a conflict.
-    assert kernel.apply(parcel, "pack", "pack-1", {"weight_grams": 700}, actor="warehouse").result == "conflict"
+    assert (
+        kernel.apply(parcel, "pack", "pack-1", {"weight_grams": 700}, actor="warehouse").result == "conflict"
+    )
     row = row_of(PARCEL, parcel.pk)
     assert row.state == "packed" and row.classification == Classification.EVIDENCE_CONFLICTS
 
@@ -96,8 +98,10 @@ def test_filters_by_machine_state_classification_and_age():
     only_outbox = waiting_list(WaitingFilter(machine=OUTBOX)).rows
     assert {r.machine for r in only_outbox} == {OUTBOX}
     exhausted = waiting_list(WaitingFilter(classification=Classification.RETRIES_EXHAUSTED)).rows
-    assert {(r.machine, r.aggregate_id) for r in exhausted} == {(OUTBOX, dead_item.pk),
-                                                                 (PARCEL, dead_item.aggregate_id)}
+    assert {(r.machine, r.aggregate_id) for r in exhausted} == {
+        (OUTBOX, dead_item.pk),
+        (PARCEL, dead_item.aggregate_id),
+    }
     assert waiting_list(WaitingFilter(older_than_seconds=3600)).total == 0
     with clock.travel(7200):
         assert waiting_list(WaitingFilter(older_than_seconds=3600)).total == everything.total
@@ -134,7 +138,9 @@ def test_the_page_shows_each_classification(support_client):
     html = support_client.get(reverse("console:waiting")).content.decode()
     for label in Classification.LABELS.values():
         assert f">{label}</span>" in html
-    filtered = support_client.get(reverse("console:waiting") + "?classification=evidence_conflicts").content.decode()
+    filtered = support_client.get(
+        reverse("console:waiting") + "?classification=evidence_conflicts"
+    ).content.decode()
     assert 'data-classification="evidence_conflicts"' in filtered
     assert 'data-classification="waiting_normally"' not in filtered
 
