@@ -144,8 +144,10 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE = {
-    "outbox-sweep": {"task": "workflow.tasks.sweep_outbox", "schedule": float(os.environ.get("OUTBOX_SWEEP_SECONDS", "5"))},
-    "timer-sweep": {"task": "workflow.tasks.sweep_timers", "schedule": float(os.environ.get("TIMER_SWEEP_SECONDS", "5"))},
+    "outbox-sweep": {"task": "workflow.tasks.sweep_outbox",
+                     "schedule": float(os.environ.get("OUTBOX_SWEEP_SECONDS", "5"))},
+    "timer-sweep": {"task": "workflow.tasks.sweep_timers",
+                    "schedule": float(os.environ.get("TIMER_SWEEP_SECONDS", "5"))},
 }
 # Whether a committed outbox item is also pushed to the broker at once (the sweep covers it either way).
 OUTBOX_ENQUEUE_ON_COMMIT = env_bool("OUTBOX_ENQUEUE_ON_COMMIT", True)

@@ -110,7 +110,8 @@ def main() -> None:
     print(f"""
 Ledgerflow is running.
 
-  Console     http://127.0.0.1:{WEB_PORT}/console/   login: {DEMO_USER} / {DEMO_PASSWORD}  (support: {SUPPORT_USER} / {SUPPORT_PASSWORD})
+  Console     http://127.0.0.1:{WEB_PORT}/console/
+              operator login: {DEMO_USER} / {DEMO_PASSWORD}    support login: {SUPPORT_USER} / {SUPPORT_PASSWORD}
   API docs    http://127.0.0.1:{WEB_PORT}/api/v1/docs
   API key     {api_key}
   Health      http://127.0.0.1:{WEB_PORT}/healthz

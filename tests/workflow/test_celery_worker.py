@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.db import connection
 
 from tests.kernel_app.models import Parcel
