@@ -134,7 +134,7 @@ def test_create_console_user_command(db):
     assert client.get("/console/").status_code == 200
     assert client.post(reverse("console:bulk-requeue"), {"reason": "x"}).status_code == 403
     call_command(
-        "create_console_user", "--username", "pat", "--password", "s3cret-pass", "--role", "operator"
+        "create_console_user", "--username", "pat", "--password", "s3cret-pass", "--role", "operator", "--update"
     )
     assert client.login(username="pat", password="s3cret-pass")  # a new password ends old sessions
     assert client.post(reverse("console:bulk-requeue"), {"reason": "x"}).status_code == 200

@@ -11,8 +11,10 @@ class Command(BaseCommand):
         parser.add_argument("--username", required=True)
         parser.add_argument("--password", required=True)
         parser.add_argument("--role", required=True, choices=["support", "operator"])
+        # An existing user is always updated (password and role); the flag is accepted so scripts can say so.
+        parser.add_argument("--update", action="store_true", help="update the user if it exists (the default)")
 
-    def handle(self, *args, username, password, role, **options):
+    def handle(self, *args, username, password, role, update=False, **options):
         try:
             console_user_create(username=username, password=password, role=role)
         except LedgerflowError as exc:
