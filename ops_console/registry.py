@@ -131,6 +131,8 @@ class ConsoleMachine:
     sections: list[Section] = dataclasses.field(default_factory=list)
     repairs: list[Repair] = dataclasses.field(default_factory=list)
     generic_repairs: bool = True
+    # state -> classification for states that mean it by themselves, e.g. {"failed": "retries_exhausted"}
+    state_classification: dict[str, str] = dataclasses.field(default_factory=dict)
 
     # --- what the console asks --------------------------------------------------------------
     def title_of(self, aggregate: StateMachine) -> str:
@@ -237,6 +239,7 @@ def register(
     sections: Iterable[Section] = (),
     repairs: Iterable[Repair] = (),
     generic_repairs: bool = True,
+    state_classification: dict[str, str] | None = None,
 ) -> ConsoleMachine:
     """Register (or extend) the console's knowledge of one machine. Calling it twice merges."""
     entry = _machines.get(model.aggregate_label()) or ConsoleMachine(model=model)
@@ -248,6 +251,14 @@ def register(
     entry.sections.extend(sections)
     entry.repairs.extend(r for r in repairs if r.key not in known)
     entry.generic_repairs = generic_repairs
+    if state_classification:
+        valid = {"waiting_normally", "retry_scheduled", "retries_exhausted", "evidence_conflicts"}
+        unknown = {c for c in state_classification.values() if c not in valid} | (
+            set(state_classification) - set(model.all_states())
+        )
+        if unknown:
+            raise ValueError(f"state_classification for {model.aggregate_label()}: unknown {sorted(unknown)}")
+        entry.state_classification.update(state_classification)
     _machines[model.aggregate_label()] = entry
     return entry
 

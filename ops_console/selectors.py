@@ -107,8 +107,29 @@ def _q(name: str) -> str:
     return connection.ops.quote_name(name)
 
 
+def waiting_states(model: type[StateMachine]) -> list[str]:
+    """States the console lists as waiting: every non-terminal state, plus final states that an operator
+    can still repair out of (e.g. a print job's ``unknown``: final for automation, open for a human)."""
+    return [s for s in model.all_states() if s not in model.TERMINAL_STATES or _repairable(model, s)]
+
+
+def _repairable(model: type[StateMachine], state: str) -> bool:
+    return any(
+        (rule := model.rule_for(state, event)) is not None and rule.custom.get("repair")
+        for event in model.event_types()
+    )
+
+
+def state_classes(model: type[StateMachine]) -> dict[str, str]:
+    """States classified by what they are rather than by owed work: the app's registry mapping, and
+    repairable final states (a human must decide: evidence conflicts unless the app says otherwise)."""
+    forced = {s: Classification.EVIDENCE_CONFLICTS for s in model.TERMINAL_STATES if _repairable(model, s)}
+    forced.update(machine_entry(model).state_classification)
+    return forced
+
+
 def _branch(model: type[StateMachine], flt: WaitingFilter, now: datetime) -> tuple[str, list[Any]] | None:
-    states = model.non_terminal_states()
+    states = waiting_states(model)
     if flt.state:
         if flt.state not in states:
             return None
@@ -131,21 +152,27 @@ def _branch(model: type[StateMachine], flt: WaitingFilter, now: datetime) -> tup
         f"LEFT JOIN LATERAL (SELECT t.result FROM {transitions} t WHERE t.aggregate_type = %s "  # noqa: S608 - quoted identifiers and constants; values are parameters
         f"AND t.aggregate_id = a.id ORDER BY t.id DESC LIMIT 1) lt ON true"
     )
+    forced = {k: v for k, v in state_classes(model).items() if k in states}
+    if forced:
+        forced_sql = "CASE a.state " + " ".join("WHEN %s THEN %s" for _ in forced) + " END::text AS forced_class"
+        forced_params: list[Any] = [x for pair in forced.items() for x in pair]
+    else:
+        forced_sql, forced_params = "CAST(NULL AS text) AS forced_class", []
     if model is OutboxItem:
         # An outbox item is its own owed work: its attempts, next retry and last error.
         sql = f"""
-            SELECT %s AS machine, a.id AS aggregate_id, a.state, a.entered_state_at, a.state_version,
-                   1 AS owed, a.attempts AS attempts,
+            SELECT %s AS machine, {forced_sql}, a.id AS aggregate_id, a.state, a.entered_state_at,
+                   a.state_version, 1 AS owed, a.attempts AS attempts,
                    CASE WHEN a.state = 'retry_scheduled' THEN a.next_attempt_at END AS next_retry,
                    a.last_error AS last_error,
                    (a.state = 'dead') AS has_dead, (a.state = 'retry_scheduled') AS has_retry,
                    lt.result AS last_result, a.effect_type AS hint
             FROM {table} a {last_event}
             WHERE {" AND ".join(where)}"""  # noqa: S608
-        return sql, [label, label, *where_params]
+        return sql, [label, *forced_params, label, *where_params]
     sql = f"""
-        SELECT %s AS machine, a.id AS aggregate_id, a.state, a.entered_state_at, a.state_version,
-               COALESCE(ob.owed, 0) AS owed, ob.attempts AS attempts, ob.next_retry AS next_retry,
+        SELECT %s AS machine, {forced_sql}, a.id AS aggregate_id, a.state, a.entered_state_at,
+               a.state_version, COALESCE(ob.owed, 0) AS owed, ob.attempts AS attempts, ob.next_retry AS next_retry,
                COALESCE(ob.last_error, '') AS last_error,
                COALESCE(ob.dead, 0) > 0 AS has_dead, COALESCE(ob.retry, 0) > 0 AS has_retry,
                lt.result AS last_result, '' AS hint
@@ -162,7 +189,7 @@ def _branch(model: type[StateMachine], flt: WaitingFilter, now: datetime) -> tup
         ) ob ON true
         {last_event}
         WHERE {" AND ".join(where)}"""  # noqa: S608
-    return sql, [label, label, label, *where_params]
+    return sql, [label, *forced_params, label, label, *where_params]
 
 
 def _classified_sql(flt: WaitingFilter, now: datetime) -> tuple[str, list[Any]] | None:
@@ -184,6 +211,7 @@ def _classified_sql(flt: WaitingFilter, now: datetime) -> tuple[str, list[Any]] 
         SELECT *, CASE classification {rank_cases} END AS class_rank FROM (
             SELECT w.*, CASE
                 WHEN w.state = %s OR w.last_result IN (%s, %s) THEN '{Classification.EVIDENCE_CONFLICTS}'
+                WHEN w.forced_class IS NOT NULL THEN w.forced_class
                 WHEN w.has_dead THEN '{Classification.RETRIES_EXHAUSTED}'
                 WHEN w.has_retry THEN '{Classification.RETRY_SCHEDULED}'
                 ELSE '{Classification.WAITING_NORMALLY}' END AS classification
@@ -326,8 +354,9 @@ def machine_summaries() -> list[MachineSummary]:
     for model in sorted(machines(), key=lambda m: m.aggregate_label()):
         counts = dict(model.objects.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
         states = []
+        waiting = waiting_states(model)
         for state in model.all_states():
-            terminal = state in model.TERMINAL_STATES
+            terminal = state in model.TERMINAL_STATES and state not in waiting
             policy = model.WAIT_POLICIES.get(state)
             item = StateCount(
                 state=state,
@@ -336,7 +365,7 @@ def machine_summaries() -> list[MachineSummary]:
                 overdue_after=policy.overdue_after_seconds if policy else None,
                 owner=policy.owner if policy else "",
             )
-            if not terminal and item.count:
+            if state in waiting and item.count:
                 oldest = (
                     model.objects.filter(state=state)
                     .order_by("entered_state_at", "id")
@@ -447,6 +476,8 @@ def explain(
         text = "Evidence conflicts: "
         if aggregate.state == REVIEW_STATE:
             text += "it is in manual review and waits for an operator. "
+        elif aggregate.state in state_classes(model):
+            text += f"“{aggregate.state}” needs an operator's decision. {policy.note if policy else ''} "
         if flagged is not None:
             text += (
                 f"Event “{flagged.event_type}” from {flagged.actor or 'unknown'} was classified "
@@ -465,6 +496,8 @@ def explain(
                 f"{dead.attempts} time(s) and stopped; an operator must requeue it or repair the record. "
                 f"Last error: {dead.last_error.splitlines()[0] if dead.last_error else 'none recorded'}"
             )
+        note = policy.note if policy and policy.note else "an operator must act"
+        return f"Automatic retries exhausted ({aggregate.state}): {note}."
     if row.classification == Classification.RETRY_SCHEDULED:
         retrying = next((i for i in own if i.state == OutboxItem.State.RETRY_SCHEDULED), None)
         if retrying is not None:
@@ -475,6 +508,8 @@ def explain(
             )
     waiting_on = row.owner or (policy.owner if policy else "")
     text = f"Waiting normally on {waiting_on}."
+    if policy is not None and policy.note:
+        text += f" {policy.note[0].upper()}{policy.note[1:].rstrip('.')}."
     if policy is not None and policy.timer_event:
         text += f" If nothing happens, the timer “{policy.timer_event}” moves it on."
     if row.overdue:

@@ -87,7 +87,7 @@ class WaitingFilterForm(forms.Form):
             (m.aggregate_label(), f"{m.MACHINE_NAME or m.aggregate_label()} ({m.aggregate_label()})")
             for m in all_machines
         ]
-        states = sorted({s for m in all_machines for s in m.non_terminal_states()})
+        states = sorted({s for m in all_machines for s in selectors.waiting_states(m)})
         self.fields["state"].choices = [("", "any waiting state")] + [(s, s) for s in states]
 
 

@@ -19,9 +19,7 @@ from workflow.models import OutboxItem
 PASSWORD = "correct horse battery"
 
 
-@outbox.effect_handler(
-    "console_test.provider_down", max_attempts=2, base_delay_seconds=5, max_delay_seconds=5
-)
+@outbox.effect_handler("console_test.provider_down", max_attempts=2, base_delay_seconds=5, max_delay_seconds=5)
 def provider_down(item):
     raise outbox.RetryableEffectError("provider answered 503 Service Unavailable (request id req_123)")
 
@@ -61,9 +59,7 @@ def make_review_parcel(**fields) -> Parcel:
     """A parcel routed to manual_review by evidence: the carrier's weight differs from ours."""
     parcel = make_parcel(**fields)
     kernel.apply(parcel, "pack", "pack-1", {"weight_grams": 500}, actor="warehouse")
-    outcome = kernel.apply(
-        parcel, "ship", "ship-1", {"weight_grams": 900, "booking": "bk-1"}, actor="carrier"
-    )
+    outcome = kernel.apply(parcel, "ship", "ship-1", {"weight_grams": 900, "booking": "bk-1"}, actor="carrier")
     assert outcome.result == "needs_review" and parcel.state == "manual_review"
     return parcel
 

@@ -132,9 +132,7 @@ def test_login_with_password_then_logout(support_user):
     client = Client(enforce_csrf_checks=False)
     response = client.post(reverse("console:login"), {"username": "sam-support", "password": "wrong"})
     assert response.status_code == 200 and "Wrong username or password" in response.content.decode()
-    response = client.post(
-        reverse("console:login"), {"username": "sam-support", "password": "correct horse battery"}
-    )
+    response = client.post(reverse("console:login"), {"username": "sam-support", "password": "correct horse battery"})
     assert response.status_code == 302 and response["Location"] == "/console/"
     assert client.get("/console/").status_code == 200
     client.post(reverse("console:logout"))

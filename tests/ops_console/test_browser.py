@@ -142,9 +142,7 @@ def test_operator_resolves_a_manual_review_parcel(page, live_server, scenario):
     assert "user:olga-operator" in entry.inner_text() and "carrier re-weighed" in entry.inner_text()
     # the rejected evidence stays visible in the same timeline
     assert page.locator("#timeline tr[data-result=needs_review]").count() == 1
-    record = Transition.objects.get(
-        aggregate_id=review.pk, aggregate_type="kernel_app.parcel", event_type="resolve"
-    )
+    record = Transition.objects.get(aggregate_id=review.pk, aggregate_type="kernel_app.parcel", event_type="resolve")
     assert record.actor == "user:olga-operator"
     shot(page, "08-parcel-after-resolve")
 

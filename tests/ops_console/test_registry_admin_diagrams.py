@@ -78,18 +78,12 @@ def parcel_registration():
     registry._pages.update(saved_pages)
 
 
-def test_an_app_registration_shows_title_owner_section_and_its_own_repair(
-    parcel_registration, operator_client
-):
+def test_an_app_registration_shows_title_owner_section_and_its_own_repair(parcel_registration, operator_client):
     parcel = make_review_parcel(booking="bk-1")
-    html = operator_client.get(
-        reverse("console:detail", args=["kernel_app.parcel", parcel.pk])
-    ).content.decode()
+    html = operator_client.get(reverse("console:detail", args=["kernel_app.parcel", parcel.pk])).content.decode()
     assert "to 1 Test Street" in html and "carrier desk" in html
     assert "Carrier booking" in html and "booking: bk-1" in html
-    assert (
-        "/repair/resolve-review/" in html and "/repair/event-resolve/" not in html
-    )  # replaces the generic one
+    assert "/repair/resolve-review/" in html and "/repair/event-resolve/" not in html  # replaces the generic one
     waiting = operator_client.get(reverse("console:waiting") + "?machine=kernel_app.parcel").content.decode()
     assert "to 1 Test Street" in waiting and "carrier desk" in waiting and "current attempt: bk-1" in waiting
 
@@ -158,10 +152,7 @@ def test_admin_is_read_only_for_machines_and_history(db, django_user_model):
         assert client.get(url).status_code == 200, url
     page = client.get(f"/admin/workflow/outboxitem/{item.pk}/change/").content.decode()
     assert 'name="state"' not in page and "Save" not in page
-    assert (
-        client.post(f"/admin/workflow/outboxitem/{item.pk}/change/", {"state": "delivered"}).status_code
-        == 403
-    )
+    assert client.post(f"/admin/workflow/outboxitem/{item.pk}/change/", {"state": "delivered"}).status_code == 403
     assert OutboxItem.objects.get(pk=item.pk).state == "dead"
     assert client.get("/admin/workflow/transition/add/").status_code == 403
 

@@ -82,9 +82,7 @@ def test_submit_applies_through_the_kernel_and_shows_in_the_timeline(operator_cl
     ).get()
     assert record.actor == "user:olga-operator" and record.reason == "carrier re-weighed it: 500 g"
     assert record.result == "applied" and record.event_identity == "console:event-resolve:v3"
-    page = operator_client.get(
-        reverse("console:detail", args=["kernel_app.parcel", parcel.pk])
-    ).content.decode()
+    page = operator_client.get(reverse("console:detail", args=["kernel_app.parcel", parcel.pk])).content.decode()
     assert "carrier re-weighed it: 500 g" in page and "user:olga-operator" in page
 
 
@@ -140,18 +138,14 @@ def test_requeue_a_dead_item_with_preview_then_delivery_state(operator_client):
     )
     item.refresh_from_db()
     assert item.state == "pending" and item.max_attempts > item.attempts
-    record = Transition.objects.get(
-        aggregate_type="workflow.outboxitem", aggregate_id=item.pk, event_type="requeue"
-    )
+    record = Transition.objects.get(aggregate_type="workflow.outboxitem", aggregate_id=item.pk, event_type="requeue")
     assert (record.actor, record.reason) == ("user:olga-operator", "provider is back")
 
 
 def test_bulk_requeue_previews_a_count_and_refuses_a_changed_count(operator_client):
     items = [make_dead_item(make_parcel()) for _ in range(2)]
     url = reverse("console:bulk-requeue")
-    preview = operator_client.post(
-        url, {"reason": "provider outage is over", "action": "preview"}
-    ).content.decode()
+    preview = operator_client.post(url, {"reason": "provider outage is over", "action": "preview"}).content.decode()
     assert "2 dead items would be requeued" in preview and 'name="expected_count" value="2"' in preview
     assert OutboxItem.objects.filter(state="dead").count() == 2
     third = make_dead_item(make_parcel())

@@ -3,6 +3,8 @@ scheduled, automatic retries exhausted or evidence conflicts; filters, sorting a
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from django.urls import reverse
 
@@ -66,9 +68,7 @@ def test_a_conflicting_event_makes_a_waiting_record_evidence_conflicts():
     kernel.apply(parcel, "pack", "pack-1", {"weight_grams": 500}, actor="warehouse")
     assert row_of(PARCEL, parcel.pk).classification == Classification.WAITING_NORMALLY
     # The same identity re-used with different content: recorded as a conflict.
-    assert (
-        kernel.apply(parcel, "pack", "pack-1", {"weight_grams": 700}, actor="warehouse").result == "conflict"
-    )
+    assert kernel.apply(parcel, "pack", "pack-1", {"weight_grams": 700}, actor="warehouse").result == "conflict"
     row = row_of(PARCEL, parcel.pk)
     assert row.state == "packed" and row.classification == Classification.EVIDENCE_CONFLICTS
 
@@ -138,12 +138,47 @@ def test_the_page_shows_each_classification(support_client):
     html = support_client.get(reverse("console:waiting")).content.decode()
     for label in Classification.LABELS.values():
         assert f">{label}</span>" in html
-    filtered = support_client.get(
-        reverse("console:waiting") + "?classification=evidence_conflicts"
-    ).content.decode()
+    filtered = support_client.get(reverse("console:waiting") + "?classification=evidence_conflicts").content.decode()
     assert 'data-classification="evidence_conflicts"' in filtered
     assert 'data-classification="waiting_normally"' not in filtered
 
 
 def test_parcel_default_is_review_state_name():
     assert "manual_review" in Parcel.all_states()
+
+
+@pytest.fixture
+def registry_snapshot():
+    from ops_console import registry
+
+    saved = {
+        k: dataclasses.replace(v, state_classification=dict(v.state_classification))
+        for k, v in registry._machines.items()
+    }
+    yield registry
+    registry._machines.clear()
+    registry._machines.update(saved)
+
+
+def test_an_app_can_classify_a_state_by_itself(registry_snapshot):
+    """E.g. payments: a refund in ``failed`` means its automatic retries are exhausted."""
+    parcel = make_parcel()
+    kernel.apply(parcel, "pack", "pack-1", {"weight_grams": 500}, actor="warehouse")
+    registry_snapshot.register(Parcel, state_classification={"packed": Classification.RETRIES_EXHAUSTED})
+    row = row_of(PARCEL, parcel.pk)
+    assert row.classification == Classification.RETRIES_EXHAUSTED
+    with pytest.raises(ValueError):
+        registry_snapshot.register(Parcel, state_classification={"packed": "on fire"})
+
+
+def test_a_final_state_an_operator_can_repair_out_of_is_listed_as_evidence_conflicts(monkeypatch):
+    """E.g. a print job in ``unknown``: final for automation, but a human settles it."""
+    parcel = make_review_parcel()
+    monkeypatch.setattr(Parcel, "TERMINAL_STATES", frozenset({"delivered", "cancelled", "manual_review"}))
+    monkeypatch.setattr(
+        Parcel, "WAIT_POLICIES", {k: v for k, v in Parcel.WAIT_POLICIES.items() if k != "manual_review"}
+    )
+    from ops_console.selectors import waiting_states
+
+    assert "manual_review" in waiting_states(Parcel) and "cancelled" not in waiting_states(Parcel)
+    assert row_of(PARCEL, parcel.pk).classification == Classification.EVIDENCE_CONFLICTS
