@@ -8,6 +8,7 @@ each non-terminal state is labelled with its wait policy.
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 import subprocess
 
@@ -81,5 +82,6 @@ def _render(source: str) -> str:
 def svg(label_or_model: str | type[StateMachine], highlight: str | None = None) -> str:
     model = machine_for(label_or_model) if isinstance(label_or_model, str) else label_or_model
     out = _render(dot_source(model, highlight))
-    # Natural size (readable labels); the page scrolls a wide machine sideways.
+    # Graphviz sizes in pt; as px the labels stay readable and a wide machine scrolls sideways.
+    out = re.sub(r'<svg width="([\d.]+)pt" height="([\d.]+)pt"', r'<svg width="\1px" height="\2px"', out, count=1)
     return out.replace("<svg ", '<svg class="diagram" ', 1)
