@@ -21,6 +21,15 @@ def _quote(text: str) -> str:
     return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _human(seconds: int | None) -> str:
+    if seconds is None:
+        return "?"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def dot_source(model: type[StateMachine], highlight: str | None = None) -> str:
     lines = [
         f"digraph {_quote(model.aggregate_label())} {{",
@@ -38,12 +47,12 @@ def dot_source(model: type[StateMachine], highlight: str | None = None) -> str:
         elif policy is not None:
             if policy.timer_event:
                 wait = (
-                    f"{policy.after_seconds}s → {policy.timer_event}"
+                    f"{_human(policy.after_seconds)} → {policy.timer_event}"
                     if policy.after_seconds is not None
                     else f"at {policy.deadline_field} → {policy.timer_event}"
                 )
             else:
-                wait = f"escalate after {policy.escalate_after_seconds}s"
+                wait = f"escalate after {_human(policy.escalate_after_seconds)}"
             label = f"{state}\\n({policy.owner}; {wait})"
         if state == "manual_review":
             attrs["fillcolor"] = "#fdecea"
