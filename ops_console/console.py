@@ -14,9 +14,7 @@ def _outbox_title(item: OutboxItem) -> str:
 
 
 def _requeue(req: registry.RepairRequest, dry_run: bool):
-    return outbox.outbox_requeue(
-        item_id=req.aggregate.pk, actor=req.actor, reason=req.reason, dry_run=dry_run
-    )
+    return outbox.outbox_requeue(item_id=req.aggregate.pk, actor=req.actor, reason=req.reason, dry_run=dry_run)
 
 
 registry.register(

@@ -77,12 +77,8 @@ def dot_source(model: type[StateMachine], highlight: str | None = None) -> str:
 def _render(source: str) -> str:
     dot = shutil.which("dot")
     if dot is None:
-        return (
-            f"<pre class='dot-missing'>Graphviz `dot` is not installed; the source:\n{escape(source)}</pre>"
-        )
-    svg = subprocess.run(
-        [dot, "-Tsvg"], input=source.encode(), capture_output=True, check=True, timeout=20
-    ).stdout
+        return f"<pre class='dot-missing'>Graphviz `dot` is not installed; the source:\n{escape(source)}</pre>"
+    svg = subprocess.run([dot, "-Tsvg"], input=source.encode(), capture_output=True, check=True, timeout=20).stdout
     text = svg.decode()
     # Inline in the page: drop the XML prolog and doctype, keep the <svg> element.
     return text[text.index("<svg") :]

@@ -23,18 +23,11 @@ def _groups(user) -> set[str]:
 
 
 def is_operator(user) -> bool:
-    return bool(
-        user and user.is_authenticated and user.is_active and (user.is_superuser or OPERATOR in _groups(user))
-    )
+    return bool(user and user.is_authenticated and user.is_active and (user.is_superuser or OPERATOR in _groups(user)))
 
 
 def can_read(user) -> bool:
-    return bool(
-        user
-        and user.is_authenticated
-        and user.is_active
-        and (user.is_superuser or _groups(user) & set(ROLES))
-    )
+    return bool(user and user.is_authenticated and user.is_active and (user.is_superuser or _groups(user) & set(ROLES)))
 
 
 def actor_for(user) -> str:

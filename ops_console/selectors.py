@@ -224,9 +224,7 @@ def _classified_sql(flt: WaitingFilter, now: datetime) -> tuple[str, list[Any]] 
     return sql, params
 
 
-def waiting_sql(
-    flt: WaitingFilter, *, page: int = 1, page_size: int = PAGE_SIZE
-) -> tuple[str, list[Any]] | None:
+def waiting_sql(flt: WaitingFilter, *, page: int = 1, page_size: int = PAGE_SIZE) -> tuple[str, list[Any]] | None:
     """The page query (exposed for EXPLAIN in tests and docs)."""
     base = _classified_sql(flt, clock.now())
     if base is None:
@@ -248,9 +246,7 @@ def waiting_list(flt: WaitingFilter, *, page: int = 1, page_size: int = PAGE_SIZ
         pages = max(1, -(-total // page_size))
         page = min(max(1, page), pages)
         order = SORTS.get(flt.sort, SORTS["age"])
-        cursor.execute(
-            f"{sql} ORDER BY {order} LIMIT %s OFFSET %s", [*params, page_size, (page - 1) * page_size]
-        )
+        cursor.execute(f"{sql} ORDER BY {order} LIMIT %s OFFSET %s", [*params, page_size, (page - 1) * page_size])
         columns = [c.name for c in cursor.description]
         raw = [dict(zip(columns, r, strict=True)) for r in cursor.fetchall()]
     rows = [
@@ -375,9 +371,7 @@ def machine_summaries() -> list[MachineSummary]:
                 if oldest:
                     item.oldest_id, item.oldest_entered_at = oldest["id"], oldest["entered_state_at"]
             states.append(item)
-        out.append(
-            MachineSummary(model.aggregate_label(), model.MACHINE_NAME or model.aggregate_label(), states)
-        )
+        out.append(MachineSummary(model.aggregate_label(), model.MACHINE_NAME or model.aggregate_label(), states))
     return out
 
 
@@ -416,19 +410,13 @@ def history_mismatches(limit_per_machine: int = 50):
 
 def recent_rejections(limit: int = 15):
     """The latest events the kernel refused or flagged (stale, illegal, conflict, needs_review)."""
-    return list(
-        Transition.objects.exclude(result__in=[Result.APPLIED, Result.ALREADY_APPLIED]).order_by("-id")[
-            :limit
-        ]
-    )
+    return list(Transition.objects.exclude(result__in=[Result.APPLIED, Result.ALREADY_APPLIED]).order_by("-id")[:limit])
 
 
 # --- one aggregate --------------------------------------------------------------------------------
 def aggregate_outbox(aggregate: StateMachine):
     items = list(
-        OutboxItem.objects.filter(
-            aggregate_type=aggregate.aggregate_label(), aggregate_id=aggregate.pk
-        ).order_by("id")
+        OutboxItem.objects.filter(aggregate_type=aggregate.aggregate_label(), aggregate_id=aggregate.pk).order_by("id")
     )
     attempts: dict[int, list[OutboxAttempt]] = {}
     for attempt in OutboxAttempt.objects.filter(item__in=items).order_by("item_id", "number"):
@@ -448,9 +436,7 @@ def aggregate_timers(aggregate: StateMachine):
 
 def aggregate_timeline(aggregate: StateMachine):
     return list(
-        Transition.objects.filter(
-            aggregate_type=aggregate.aggregate_label(), aggregate_id=aggregate.pk
-        ).order_by("id")
+        Transition.objects.filter(aggregate_type=aggregate.aggregate_label(), aggregate_id=aggregate.pk).order_by("id")
     )
 
 

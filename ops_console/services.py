@@ -44,9 +44,7 @@ def _request(
 ) -> RepairRequest:
     body = {k: v for k, v in data.items() if k != "reason"}
     body["_repair_key"] = repair.key
-    return RepairRequest(
-        aggregate=aggregate, data=body, actor=actor, reason=reason, observed_version=observed_version
-    )
+    return RepairRequest(aggregate=aggregate, data=body, actor=actor, reason=reason, observed_version=observed_version)
 
 
 def _as_list(value) -> list[Any]:
@@ -83,9 +81,7 @@ def repair_submit(
             details={"field": "version", "current": aggregate.state_version},
         )
     req = _request(aggregate, repair, data, actor, reason, previewed_version)
-    return RepairAnswer(
-        dry_run=False, outcomes=_as_list(repair.submit(req)), observed_version=previewed_version
-    )
+    return RepairAnswer(dry_run=False, outcomes=_as_list(repair.submit(req)), observed_version=previewed_version)
 
 
 def outbox_bulk_requeue(
@@ -98,9 +94,7 @@ def outbox_bulk_requeue(
     if dry_run:
         return outbox.outbox_requeue_dead(actor=actor, reason=reason, effect_type=effect_type, dry_run=True)
     with transaction.atomic():
-        preview = outbox.outbox_requeue_dead(
-            actor=actor, reason=reason, effect_type=effect_type, dry_run=True
-        )
+        preview = outbox.outbox_requeue_dead(actor=actor, reason=reason, effect_type=effect_type, dry_run=True)
         if expected_count is not None and len(preview) != expected_count:
             raise ValidationFailed(
                 f"{len(preview)} dead items now, {expected_count} were previewed; preview again",

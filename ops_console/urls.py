@@ -8,9 +8,7 @@ app_name = "console"
 urlpatterns = [
     path(
         "login/",
-        auth_views.LoginView.as_view(
-            template_name="ops_console/login.html", redirect_authenticated_user=True
-        ),
+        auth_views.LoginView.as_view(template_name="ops_console/login.html", redirect_authenticated_user=True),
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(next_page="console:login"), name="logout"),

@@ -49,9 +49,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         {
             "summaries": selectors.machine_summaries(),
             "outbox": selectors.outbox_summary(),
-            "classes": [
-                (c, Classification.LABELS[c], n) for c, n in selectors.classification_counts().items()
-            ],
+            "classes": [(c, Classification.LABELS[c], n) for c, n in selectors.classification_counts().items()],
             "mismatches": selectors.history_mismatches(),
             "rejections": selectors.recent_rejections(),
             "now": clock.now(),
@@ -167,9 +165,7 @@ def _detail_context(request: HttpRequest, model: type[StateMachine], aggregate: 
         "why": selectors.explain(aggregate, row, timeline, outbox_items),
         "timeline": timeline,
         "outbox_items": outbox_items,
-        "own_attempts": list(aggregate.attempt_log.order_by("number"))
-        if isinstance(aggregate, OutboxItem)
-        else [],
+        "own_attempts": list(aggregate.attempt_log.order_by("number")) if isinstance(aggregate, OutboxItem) else [],
         "owner_link": owner_link,
         "timers": selectors.aggregate_timers(aggregate),
         "legal": legal,

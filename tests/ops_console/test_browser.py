@@ -199,3 +199,33 @@ def test_main_pages_render_for_support(page, live_server, scenario):
         shot(page, name)
     page.goto(live_server.url + "/console/did-it-print/")
     assert page.locator("#did-it-print-placeholder").count() == 1
+
+
+def test_support_looks_up_where_and_why_on_the_did_it_print_page(page, live_server, scenario):
+    """Until printing registers its print-job lookup, the same ready-made page is exercised on Parcel."""
+    from ops_console import lookup, registry
+    from tests.kernel_app.models import Parcel
+
+    saved = dict(registry._pages)
+    registry.register_page(
+        "did-it-print",
+        title="Did it print?",
+        view=lookup.support_lookup_view(
+            Parcel,
+            title="Did it print? (stand-in: parcels)",
+            search=lambda q: Parcel.objects.filter(address__icontains=q),
+            facts=lambda p: [("address", p.address), ("measured weight", f"{p.weight_grams} g")],
+        ),
+    )
+    try:
+        log_in(page, live_server, "sam-support")
+        page.click("header >> text=Did it print?")
+        page.fill("#lookup input[name=q]", "Mill Lane")
+        page.click("#lookup button")
+        result = page.locator(".lookup-result")
+        assert result.count() == 1
+        assert "declared weight differs from the measured weight" in result.inner_text()
+        shot(page, "15-did-it-print-lookup")
+    finally:
+        registry._pages.clear()
+        registry._pages.update(saved)

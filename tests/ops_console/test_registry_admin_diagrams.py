@@ -168,3 +168,35 @@ def test_diagram_is_drawn_from_the_rules_with_the_current_state_highlighted():
     highlighted = svg.split('id="state_manual_review"', 1)[1].split("</g>", 1)[0]
     assert "#ffd54f" in highlighted
     assert "#ffd54f" not in svg.split('id="state_created"', 1)[1].split("</g>", 1)[0]
+
+
+def test_the_ready_made_support_lookup_answers_where_and_why(support_client):
+    """What printing plugs into "did it print?": search by id or reference; state, why, each transition,
+    the app's facts verbatim."""
+    from ops_console import lookup
+
+    saved = dict(registry._pages)
+    registry.register_page(
+        "did-it-print",
+        title="Did it print?",
+        view=lookup.support_lookup_view(
+            Parcel,
+            title="Where is my parcel?",
+            search=lambda q: Parcel.objects.filter(address__icontains=q),
+            facts=lambda p: [("address", p.address), ("weight (verbatim)", f"{p.weight_grams} g")],
+        ),
+    )
+    try:
+        parcel = make_review_parcel(address="7 Harbour Street")
+        html = support_client.get(reverse("console:did-it-print") + "?q=Harbour").content.decode()
+        assert "Where is my parcel?" in html and f'data-id="{parcel.pk}"' in html
+        assert "evidence conflicts" in html and "declared weight differs from the measured weight" in html
+        assert "7 Harbour Street" in html and "500 g" in html
+        assert html.count("<td>ship</td>") == 1 and html.count("<td>pack</td>") == 1
+        by_id = support_client.get(reverse("console:did-it-print") + f"?q={parcel.pk}").content.decode()
+        assert f'data-id="{parcel.pk}"' in by_id
+        nothing = support_client.get(reverse("console:did-it-print") + "?q=nowhere").content.decode()
+        assert "matches “nowhere”" in nothing
+    finally:
+        registry._pages.clear()
+        registry._pages.update(saved)
