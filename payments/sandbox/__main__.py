@@ -11,7 +11,9 @@ from .server import serve
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="payments.sandbox", description="Stripe-compatible sandbox provider")
+    parser = argparse.ArgumentParser(
+        prog="payments.sandbox", description="Stripe-compatible sandbox provider"
+    )
     add_arguments(parser)
     return parser
 
@@ -19,10 +21,17 @@ def build_parser() -> argparse.ArgumentParser:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=12111, help="0 picks a free port (announced on stdout)")
-    parser.add_argument("--db", default=os.environ.get("SANDBOX_PROVIDER_DB", "var/sandbox-provider.sqlite3"),
-                        help="the sandbox's own ledger (SQLite); ':memory:' keeps nothing")
-    parser.add_argument("--api-key", action="append", default=[],
-                        help="accepted secret key (repeatable); default: any sk_test_… key")
+    parser.add_argument(
+        "--db",
+        default=os.environ.get("SANDBOX_PROVIDER_DB", "var/sandbox-provider.sqlite3"),
+        help="the sandbox's own ledger (SQLite); ':memory:' keeps nothing",
+    )
+    parser.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        help="accepted secret key (repeatable); default: any sk_test_… key",
+    )
     parser.add_argument("--webhook-url", default=os.environ.get("SANDBOX_WEBHOOK_URL"))
     parser.add_argument("--webhook-secret", default=os.environ.get("SANDBOX_WEBHOOK_SECRET", "whsec_sandbox"))
     parser.add_argument("--webhook-retry-base-seconds", type=float, default=1.0)
@@ -37,10 +46,16 @@ def run(args: argparse.Namespace) -> None:
     logging.basicConfig(level=os.environ.get("LOG_LEVEL", "WARNING"))
     if args.db not in (":memory:", "") and os.path.dirname(args.db):
         os.makedirs(os.path.dirname(args.db), exist_ok=True)
-    serve(host=args.host, port=args.port, db_path=args.db or ":memory:", api_keys=args.api_key,
-          webhook_url=args.webhook_url, webhook_secret=args.webhook_secret,
-          webhook_retry_base_seconds=args.webhook_retry_base_seconds,
-          announce=lambda line: (print(line), sys.stdout.flush()))
+    serve(
+        host=args.host,
+        port=args.port,
+        db_path=args.db or ":memory:",
+        api_keys=args.api_key,
+        webhook_url=args.webhook_url,
+        webhook_secret=args.webhook_secret,
+        webhook_retry_base_seconds=args.webhook_retry_base_seconds,
+        announce=lambda line: (print(line), sys.stdout.flush()),
+    )
 
 
 if __name__ == "__main__":

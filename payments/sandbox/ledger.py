@@ -65,16 +65,33 @@ DECLINES = {
     "pm_card_chargeDeclined": ("card_declined", "generic_decline", "Your card was declined."),
     "pm_card_visa_chargeDeclined": ("card_declined", "generic_decline", "Your card was declined."),
     "pm_card_chargeDeclinedInsufficientFunds": (
-        "card_declined", "insufficient_funds", "Your card has insufficient funds."),
+        "card_declined",
+        "insufficient_funds",
+        "Your card has insufficient funds.",
+    ),
     "pm_card_chargeDeclinedExpiredCard": ("expired_card", "expired_card", "Your card has expired."),
 }
 CANCELABLE = {"requires_payment_method", "requires_capture", "requires_confirmation", "requires_action"}
 
 PAYMENT_INTENT_CREATE_PARAMS = {
-    "amount", "currency", "capture_method", "confirm", "payment_method", "metadata", "description",
-    "payment_method_types", "automatic_payment_methods", "expand", "statement_descriptor",
-    "receipt_email", "customer", "return_url", "off_session", "setup_future_usage",
-    "confirmation_method", "error_on_requires_action",
+    "amount",
+    "currency",
+    "capture_method",
+    "confirm",
+    "payment_method",
+    "metadata",
+    "description",
+    "payment_method_types",
+    "automatic_payment_methods",
+    "expand",
+    "statement_descriptor",
+    "receipt_email",
+    "customer",
+    "return_url",
+    "off_session",
+    "setup_future_usage",
+    "confirmation_method",
+    "error_on_requires_action",
 }
 REFUND_CREATE_PARAMS = {"payment_intent", "charge", "amount", "reason", "metadata", "expand"}
 
@@ -82,9 +99,18 @@ REFUND_CREATE_PARAMS = {"payment_intent", "charge", "amount", "reason", "metadat
 class StripeError(Exception):
     """An error Stripe would answer with ``{"error": {...}}`` and an HTTP status."""
 
-    def __init__(self, status: int, type_: str, message: str, *, code: str | None = None,
-                 param: str | None = None, extra: dict[str, Any] | None = None,
-                 validation: bool = False, commit: bool = False) -> None:
+    def __init__(
+        self,
+        status: int,
+        type_: str,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        extra: dict[str, Any] | None = None,
+        validation: bool = False,
+        commit: bool = False,
+    ) -> None:
         super().__init__(message)
         self.status = status
         # validation: the endpoint never began executing, so no idempotent result is saved (Stripe).
@@ -104,10 +130,18 @@ class StripeError(Exception):
         return {"error": self.body}
 
 
-def invalid(message: str, *, param: str | None = None, code: str | None = None, status: int = 400,
-            extra: dict[str, Any] | None = None, commit: bool = False) -> StripeError:
-    return StripeError(status, "invalid_request_error", message, code=code, param=param, extra=extra,
-                       commit=commit)
+def invalid(
+    message: str,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+    status: int = 400,
+    extra: dict[str, Any] | None = None,
+    commit: bool = False,
+) -> StripeError:
+    return StripeError(
+        status, "invalid_request_error", message, code=code, param=param, extra=extra, commit=commit
+    )
 
 
 def param_error(message: str, *, param: str | None = None, code: str | None = None) -> StripeError:
@@ -177,7 +211,8 @@ class Ledger:
 
     def get(self, kind: str, object_id: str, param: str) -> dict[str, Any]:
         row = self.conn.execute(
-            "SELECT data FROM objects WHERE id = ? AND kind = ?", (object_id, kind)).fetchone()
+            "SELECT data FROM objects WHERE id = ? AND kind = ?", (object_id, kind)
+        ).fetchone()
         if row is None:
             raise invalid(f"No such {kind}: '{object_id}'", param=param, code="resource_missing", status=404)
         return json.loads(row[0])
@@ -188,11 +223,14 @@ class Ledger:
             rows = self.conn.execute("SELECT data FROM objects WHERE kind = ? ORDER BY seq DESC", (kind,))
         else:
             rows = self.conn.execute(
-                "SELECT data FROM objects WHERE kind = ? AND parent = ? ORDER BY seq DESC", (kind, parent))
+                "SELECT data FROM objects WHERE kind = ? AND parent = ? ORDER BY seq DESC", (kind, parent)
+            )
         return [json.loads(r[0]) for r in rows.fetchall()]
 
     # --- events ---------------------------------------------------------------------------------
-    def emit(self, event_type: str, obj: dict[str, Any], request: dict[str, Any] | None = None) -> dict[str, Any]:
+    def emit(
+        self, event_type: str, obj: dict[str, Any], request: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         event = {
             "id": new_id("evt"),
             "object": "event",
@@ -221,33 +259,40 @@ class Ledger:
             rows = self.conn.execute("SELECT data FROM events ORDER BY seq").fetchall()
         return [json.loads(r[0]) for r in rows]
 
-    def record_delivery(self, event_id: str, attempt: int, url: str, status_code: int | None,
-                        error: str | None) -> None:
+    def record_delivery(
+        self, event_id: str, attempt: int, url: str, status_code: int | None, error: str | None
+    ) -> None:
         with self.lock:
             self.conn.execute(
-                "INSERT INTO deliveries (event_id, attempt, url, status_code, error, at) VALUES (?,?,?,?,?,?)",
+                "INSERT INTO deliveries (event_id, attempt, url, status_code, error, at) VALUES (?,?,?,?,?,?)",  # noqa: E501
                 (event_id, attempt, url, status_code, error, time.time()),
             )
 
     def deliveries(self) -> list[dict[str, Any]]:
         with self.lock:
             rows = self.conn.execute(
-                "SELECT event_id, attempt, url, status_code, error, at FROM deliveries ORDER BY seq").fetchall()
+                "SELECT event_id, attempt, url, status_code, error, at FROM deliveries ORDER BY seq"
+            ).fetchall()
         keys = ("event_id", "attempt", "url", "status_code", "error", "at")
         return [dict(zip(keys, r, strict=True)) for r in rows]
 
     # --- idempotency ----------------------------------------------------------------------------
-    def idempotency_claim(self, api_key: str, key: str, method: str, path: str,
-                          digest: str) -> tuple[str, int | None, str | None]:
+    def idempotency_claim(
+        self, api_key: str, key: str, method: str, path: str, digest: str
+    ) -> tuple[str, int | None, str | None]:
         """Claim a key. Answers ("new"|"replay"|"in_flight"|"mismatch", status, body)."""
         with self.lock:
             row = self.conn.execute(
                 "SELECT method, path, params_hash, state, status, body FROM idempotency "
-                "WHERE api_key = ? AND key = ?", (api_key, key)).fetchone()
+                "WHERE api_key = ? AND key = ?",
+                (api_key, key),
+            ).fetchone()
             if row is None:
                 self.conn.execute(
                     "INSERT INTO idempotency (api_key, key, method, path, params_hash, state, created) "
-                    "VALUES (?, ?, ?, ?, ?, 'in_flight', ?)", (api_key, key, method, path, digest, time.time()))
+                    "VALUES (?, ?, ?, ?, ?, 'in_flight', ?)",
+                    (api_key, key, method, path, digest, time.time()),
+                )
                 return "new", None, None
             r_method, r_path, r_hash, state, status, body = row
             if (r_method, r_path) != (method, path) or r_hash != digest:
@@ -260,16 +305,20 @@ class Ledger:
         """Called inside the effect's transaction, so the effect and its saved answer commit together."""
         self.conn.execute(
             "UPDATE idempotency SET state = 'done', status = ?, body = ? WHERE api_key = ? AND key = ?",
-            (status, body, api_key, key))
+            (status, body, api_key, key),
+        )
 
     def idempotency_release(self, api_key: str, key: str) -> None:
         """No endpoint began executing (validation failed): Stripe saves nothing for the key."""
         with self.lock:
             self.conn.execute(
-                "DELETE FROM idempotency WHERE api_key = ? AND key = ? AND state = 'in_flight'", (api_key, key))
+                "DELETE FROM idempotency WHERE api_key = ? AND key = ? AND state = 'in_flight'",
+                (api_key, key),
+            )
 
     def idempotency_records(self) -> list[dict[str, Any]]:
         with self.lock:
             rows = self.conn.execute(
-                "SELECT key, method, path, state, status FROM idempotency ORDER BY created").fetchall()
+                "SELECT key, method, path, state, status FROM idempotency ORDER BY created"
+            ).fetchall()
         return [dict(zip(("key", "method", "path", "state", "status"), r, strict=True)) for r in rows]

@@ -9,8 +9,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .ledger import CANCELABLE, DECLINES, PAYMENT_INTENT_CREATE_PARAMS, REFUND_CREATE_PARAMS, Ledger, \
-    StripeError, invalid, new_id, param_error
+from .ledger import (
+    CANCELABLE,
+    DECLINES,
+    PAYMENT_INTENT_CREATE_PARAMS,
+    REFUND_CREATE_PARAMS,
+    Ledger,
+    StripeError,
+    invalid,
+    new_id,
+    param_error,
+)
 
 
 def _unknown_params(params: dict[str, Any], allowed: set[str]) -> None:
@@ -30,7 +39,9 @@ def _int_param(params: dict[str, Any], name: str, *, required: bool) -> int | No
     except (TypeError, ValueError):
         raise param_error(f"Invalid integer: {raw}", param=name, code="parameter_invalid_integer")
     if value < 1:
-        raise param_error("This value must be greater than or equal to 1.", param=name, code="parameter_invalid_integer")
+        raise param_error(
+            "This value must be greater than or equal to 1.", param=name, code="parameter_invalid_integer"
+        )
     return value
 
 
@@ -104,16 +115,20 @@ def payment_intent_create(ledger: Ledger, params: dict[str, Any], request: dict[
     return intent
 
 
-def payment_intent_confirm(ledger: Ledger, intent_id: str, params: dict[str, Any],
-                           request: dict[str, Any]) -> dict[str, Any]:
+def payment_intent_confirm(
+    ledger: Ledger, intent_id: str, params: dict[str, Any], request: dict[str, Any]
+) -> dict[str, Any]:
     _unknown_params(params, {"payment_method", "expand", "return_url"})
     intent = ledger.get("payment_intent", intent_id, "intent")
     _expect_status(intent, {"requires_payment_method", "requires_confirmation"}, "confirm")
     if params.get("payment_method"):
         intent["payment_method"] = params["payment_method"]
     if not intent["payment_method"]:
-        raise invalid("You cannot confirm this PaymentIntent because it's missing a payment method.",
-                      code="payment_intent_unexpected_state", extra={"payment_intent": intent})
+        raise invalid(
+            "You cannot confirm this PaymentIntent because it's missing a payment method.",
+            code="payment_intent_unexpected_state",
+            extra={"payment_intent": intent},
+        )
     return _confirm(ledger, intent, request)
 
 
@@ -121,8 +136,11 @@ def _confirm(ledger: Ledger, intent: dict[str, Any], request: dict[str, Any]) ->
     """Authorize against the test card. A decline is a 402 card_error and leaves the intent retryable."""
     method = intent["payment_method"]
     if not method:
-        raise invalid("You cannot confirm this PaymentIntent because it's missing a payment method.",
-                      code="payment_intent_unexpected_state", extra={"payment_intent": intent})
+        raise invalid(
+            "You cannot confirm this PaymentIntent because it's missing a payment method.",
+            code="payment_intent_unexpected_state",
+            extra={"payment_intent": intent},
+        )
     now = int(time.time())
     charge = {
         "id": new_id("ch"),
@@ -144,13 +162,25 @@ def _confirm(ledger: Ledger, intent: dict[str, Any], request: dict[str, Any]) ->
         code, decline_code, message = DECLINES[method]
         charge.update(status="failed", paid=False, failure_code=code, failure_message=message)
         ledger.put(charge, parent=intent["id"])
-        error = {"type": "card_error", "code": code, "decline_code": decline_code, "message": message,
-                 "charge": charge["id"], "payment_method": {"id": method, "object": "payment_method"}}
+        error = {
+            "type": "card_error",
+            "code": code,
+            "decline_code": decline_code,
+            "message": message,
+            "charge": charge["id"],
+            "payment_method": {"id": method, "object": "payment_method"},
+        }
         intent.update(status="requires_payment_method", latest_charge=charge["id"], last_payment_error=error)
         ledger.put(intent)
         ledger.emit("payment_intent.payment_failed", intent, request)
-        raise StripeError(402, "card_error", message, code=code, commit=True,
-                          extra={"decline_code": decline_code, "charge": charge["id"], "payment_intent": intent})
+        raise StripeError(
+            402,
+            "card_error",
+            message,
+            code=code,
+            commit=True,
+            extra={"decline_code": decline_code, "charge": charge["id"], "payment_intent": intent},
+        )
     ledger.put(charge, parent=intent["id"])
     intent["latest_charge"] = charge["id"]
     if intent["capture_method"] == "manual":
@@ -170,15 +200,19 @@ def payment_intent_retrieve(ledger: Ledger, intent_id: str) -> dict[str, Any]:
     return ledger.get("payment_intent", intent_id, "intent")
 
 
-def payment_intent_capture(ledger: Ledger, intent_id: str, params: dict[str, Any],
-                           request: dict[str, Any]) -> dict[str, Any]:
+def payment_intent_capture(
+    ledger: Ledger, intent_id: str, params: dict[str, Any], request: dict[str, Any]
+) -> dict[str, Any]:
     _unknown_params(params, {"amount_to_capture", "expand", "metadata", "final_capture"})
     intent = ledger.get("payment_intent", intent_id, "intent")
     _expect_status(intent, {"requires_capture"}, "capture")
     amount = _int_param(params, "amount_to_capture", required=False) or intent["amount_capturable"]
     if amount > intent["amount_capturable"]:
-        raise invalid("The amount_to_capture must be less than or equal to the amount_capturable.",
-                      param="amount_to_capture", code="amount_too_large")
+        raise invalid(
+            "The amount_to_capture must be less than or equal to the amount_capturable.",
+            param="amount_to_capture",
+            code="amount_too_large",
+        )
     return _capture(ledger, intent, amount, request)
 
 
@@ -192,8 +226,14 @@ def _capture(ledger: Ledger, intent: dict[str, Any], amount: int, request: dict[
     return intent
 
 
-def payment_intent_cancel(ledger: Ledger, intent_id: str, params: dict[str, Any], request: dict[str, Any],
-                          *, capture_wins: bool = False) -> dict[str, Any]:
+def payment_intent_cancel(
+    ledger: Ledger,
+    intent_id: str,
+    params: dict[str, Any],
+    request: dict[str, Any],
+    *,
+    capture_wins: bool = False,
+) -> dict[str, Any]:
     """``capture_wins`` (a fault): the capture reached the provider just before this cancel did."""
     _unknown_params(params, {"cancellation_reason", "expand"})
     intent = ledger.get("payment_intent", intent_id, "intent")
@@ -208,8 +248,9 @@ def payment_intent_cancel(ledger: Ledger, intent_id: str, params: dict[str, Any]
     reason = params.get("cancellation_reason") or None
     if reason not in (None, "duplicate", "fraudulent", "requested_by_customer", "abandoned"):
         raise param_error(f"Invalid cancellation_reason: {reason}", param="cancellation_reason")
-    intent.update(status="canceled", canceled_at=int(time.time()), cancellation_reason=reason,
-                  amount_capturable=0)
+    intent.update(
+        status="canceled", canceled_at=int(time.time()), cancellation_reason=reason, amount_capturable=0
+    )
     ledger.put(intent)
     ledger.emit("payment_intent.canceled", intent, request)
     return intent
@@ -220,29 +261,39 @@ def payment_intent_list(ledger: Ledger, params: dict[str, Any]) -> dict[str, Any
 
 
 # --- Refunds --------------------------------------------------------------------------------------
-def refund_create(ledger: Ledger, params: dict[str, Any], request: dict[str, Any], *,
-                  initial_status: str = "succeeded") -> dict[str, Any]:
+def refund_create(
+    ledger: Ledger, params: dict[str, Any], request: dict[str, Any], *, initial_status: str = "succeeded"
+) -> dict[str, Any]:
     _unknown_params(params, REFUND_CREATE_PARAMS)
     if params.get("payment_intent"):
         intent = ledger.get("payment_intent", params["payment_intent"], "payment_intent")
         if intent["status"] != "succeeded" or not intent["latest_charge"]:
-            raise invalid(f"This PaymentIntent ({intent['id']}) does not have a successful charge to refund.",
-                          param="payment_intent", code="charge_not_refundable" if intent["status"] == "canceled"
-                          else "payment_intent_unexpected_state")
+            raise invalid(
+                f"This PaymentIntent ({intent['id']}) does not have a successful charge to refund.",
+                param="payment_intent",
+                code="charge_not_refundable"
+                if intent["status"] == "canceled"
+                else "payment_intent_unexpected_state",
+            )
         charge = ledger.get("charge", intent["latest_charge"], "charge")
     elif params.get("charge"):
         charge = ledger.get("charge", params["charge"], "charge")
         intent = ledger.get("payment_intent", charge["payment_intent"], "payment_intent")
     else:
-        raise param_error("One of the following params should be provided for this request: payment_intent or charge.",
-                      code="parameter_missing")
+        raise param_error(
+            "One of the following params should be provided for this request: payment_intent or charge.",
+            code="parameter_missing",
+        )
     remaining = charge["amount_captured"] - charge["amount_refunded"]
     if remaining <= 0:
         raise invalid(f"Charge {charge['id']} has already been refunded.", code="charge_already_refunded")
     amount = _int_param(params, "amount", required=False) or remaining
     if amount > remaining:
-        raise invalid(f"Refund amount ({amount}) is greater than unrefunded amount on charge ({remaining}).",
-                      param="amount", code="amount_too_large")
+        raise invalid(
+            f"Refund amount ({amount}) is greater than unrefunded amount on charge ({remaining}).",
+            param="amount",
+            code="amount_too_large",
+        )
     reason = params.get("reason") or None
     if reason not in (None, "duplicate", "fraudulent", "requested_by_customer"):
         raise param_error(f"Invalid reason: {reason}", param="reason")
@@ -302,7 +353,9 @@ def refund_list(ledger: Ledger, params: dict[str, Any]) -> dict[str, Any]:
     items = ledger.all("refund", parent=parent)
     if params.get("charge"):
         items = [r for r in items if r["charge"] == params["charge"]]
-    return _list(items, {k: v for k, v in params.items() if k not in ("payment_intent", "charge")}, "/v1/refunds")
+    return _list(
+        items, {k: v for k, v in params.items() if k not in ("payment_intent", "charge")}, "/v1/refunds"
+    )
 
 
 def _list(items: list[dict[str, Any]], params: dict[str, Any], url: str) -> dict[str, Any]:
@@ -312,8 +365,16 @@ def _list(items: list[dict[str, Any]], params: dict[str, Any], url: str) -> dict
     if isinstance(created, dict):
         for op, bound in created.items():
             bound = int(bound)
-            items = [i for i in items if {"gt": i["created"] > bound, "gte": i["created"] >= bound,
-                                          "lt": i["created"] < bound, "lte": i["created"] <= bound}[op]]
+            items = [
+                i
+                for i in items
+                if {
+                    "gt": i["created"] > bound,
+                    "gte": i["created"] >= bound,
+                    "lt": i["created"] < bound,
+                    "lte": i["created"] <= bound,
+                }[op]
+            ]
     elif created:
         items = [i for i in items if i["created"] == int(created)]
     limit = _int_param(params, "limit", required=False) or 10
@@ -322,8 +383,12 @@ def _list(items: list[dict[str, Any]], params: dict[str, Any], url: str) -> dict
     if params.get("starting_after"):
         ids = [i["id"] for i in items]
         if params["starting_after"] not in ids:
-            raise invalid(f"No such object: '{params['starting_after']}'", param="starting_after",
-                          code="resource_missing", status=404)
-        items = items[ids.index(params["starting_after"]) + 1:]
+            raise invalid(
+                f"No such object: '{params['starting_after']}'",
+                param="starting_after",
+                code="resource_missing",
+                status=404,
+            )
+        items = items[ids.index(params["starting_after"]) + 1 :]
     page = items[:limit]
     return {"object": "list", "data": page, "has_more": len(items) > limit, "url": url}

@@ -91,15 +91,24 @@ class Faults:
 class SandboxServer:
     """Owns the ledger, the faults, the webhook dispatcher and the HTTP server."""
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 12111, db_path: str = ":memory:",
-                 api_keys: list[str] | None = None, webhook_url: str | None = None,
-                 webhook_secret: str = "whsec_sandbox", webhook_retry_base_seconds: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 12111,
+        db_path: str = ":memory:",
+        api_keys: list[str] | None = None,
+        webhook_url: str | None = None,
+        webhook_secret: str = "whsec_sandbox",  # noqa: S107 - a test device's default
+        webhook_retry_base_seconds: float = 1.0,
+    ) -> None:
         self.ledger = Ledger(db_path)
         self.faults = Faults()
         self.api_keys = set(api_keys or [])
         self.refund_initial_status = "succeeded"
-        self.webhook_settings = WebhookSettings(url=webhook_url, secret=webhook_secret,
-                                                retry_base_seconds=webhook_retry_base_seconds)
+        self.webhook_settings = WebhookSettings(
+            url=webhook_url, secret=webhook_secret, retry_base_seconds=webhook_retry_base_seconds
+        )
         self.webhooks = WebhookDispatcher(self.ledger, self.webhook_settings)
         handler = type("BoundHandler", (Handler,), {"sandbox": self})
         self.httpd = ThreadingHTTPServer((host, port), handler)
@@ -148,8 +157,11 @@ class SandboxServer:
                 "deliveries": self.ledger.deliveries(),
                 "idempotency_keys": self.ledger.idempotency_records(),
                 "faults": self.faults.list(),
-                "webhooks": {**self.webhooks.pending(), "url": self.webhook_settings.url,
-                             "idle": self.webhooks.idle()},
+                "webhooks": {
+                    **self.webhooks.pending(),
+                    "url": self.webhook_settings.url,
+                    "idle": self.webhooks.idle(),
+                },
             }
 
 
@@ -216,12 +228,18 @@ class Handler(BaseHTTPRequestHandler):
         auth = self.headers.get("Authorization", "")
         api_key = auth[7:].strip() if auth.startswith("Bearer ") else ""
         if not api_key:
-            raise StripeError(401, "invalid_request_error",
-                              "You did not provide an API key. You need to provide your API key in the "
-                              "Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY').")
+            raise StripeError(
+                401,
+                "invalid_request_error",
+                "You did not provide an API key. You need to provide your API key in the "
+                "Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY').",
+            )
         if not sandbox.authorized(api_key):
-            raise StripeError(401, "invalid_request_error",
-                              f"Invalid API Key provided: {api_key[:8]}{'*' * max(0, len(api_key) - 12)}{api_key[-4:]}")
+            raise StripeError(
+                401,
+                "invalid_request_error",
+                f"Invalid API Key provided: {api_key[:8]}{'*' * max(0, len(api_key) - 12)}{api_key[-4:]}",
+            )
         op, match = _route(method, path)
         try:
             params = forms.decode(body.decode() if method == "POST" else query)
@@ -230,37 +248,53 @@ class Handler(BaseHTTPRequestHandler):
 
         key = self.headers.get("Idempotency-Key") if method == "POST" else None
         if key is not None and (len(key) > MAX_IDEMPOTENCY_KEY_LENGTH or not key):
-            raise invalid(f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters.",
-                          param="Idempotency-Key")
+            raise invalid(
+                f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters.",
+                param="Idempotency-Key",
+            )
         base_headers = {"Request-Id": request_id, "Stripe-Version": self.headers.get("Stripe-Version", "")}
         if key is not None:
             base_headers["Idempotency-Key"] = key
             verdict, status, stored = sandbox.ledger.idempotency_claim(
-                api_key, key, method, path, params_hash(method, path, params))
+                api_key, key, method, path, params_hash(method, path, params)
+            )
             if verdict == "mismatch":
                 raise StripeError(
-                    400, "idempotency_error",
+                    400,
+                    "idempotency_error",
                     f"Keys for idempotent requests can only be used with the same parameters they were first "
-                    f"used with. Try using a key other than '{key}' if you meant to execute a different request.")
+                    f"used with. Try using a key other than '{key}' if you meant to execute a different "
+                    "request.",
+                )
             if verdict == "in_flight":
                 raise StripeError(
-                    409, "invalid_request_error",
+                    409,
+                    "invalid_request_error",
                     "There is currently another in-progress request using this Idempotent Key (that probably "
                     "means you submitted twice, and the other request is still going through): "
-                    f"{key}. Please try again later.", code="idempotency_key_in_use")
+                    f"{key}. Please try again later.",
+                    code="idempotency_key_in_use",
+                )
             if verdict == "replay":
                 self._send(status, stored, {**base_headers, "Idempotent-Replayed": "true"})
                 return
 
         request_info = {"id": request_id, "idempotency_key": key}
         try:
-            before = sandbox.faults.take(op, ("delay", "error")) if method == "POST" else \
-                sandbox.faults.take(op, ("delay",))
+            before = (
+                sandbox.faults.take(op, ("delay", "error"))
+                if method == "POST"
+                else sandbox.faults.take(op, ("delay",))
+            )
             if before and before["action"] == "delay" and before.get("when", "after") == "before":
                 time.sleep(float(before.get("seconds", 1)))
             if before and before["action"] == "error":
-                raise StripeError(int(before.get("status", 500)), "api_error",
-                                  "An unexpected error occurred (injected by the sandbox).", validation=True)
+                raise StripeError(
+                    int(before.get("status", 500)),
+                    "api_error",
+                    "An unexpected error occurred (injected by the sandbox).",
+                    validation=True,
+                )
             status, answer, events = self._execute(op, match, params, request_info, api_key, key)
         except StripeError as error:
             if key is not None and error.validation:
@@ -278,8 +312,15 @@ class Handler(BaseHTTPRequestHandler):
             raise DropResponse()
         self._send(status, answer, base_headers)
 
-    def _execute(self, op: str, match: re.Match[str], params: dict[str, Any], request_info: dict[str, Any],
-                 api_key: str, key: str | None) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+    def _execute(
+        self,
+        op: str,
+        match: re.Match[str],
+        params: dict[str, Any],
+        request_info: dict[str, Any],
+        api_key: str,
+        key: str | None,
+    ) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
         """Run the operation and save its answer under the idempotency key in one transaction."""
         sandbox = self.sandbox
         ledger = sandbox.ledger
@@ -288,24 +329,31 @@ class Handler(BaseHTTPRequestHandler):
             "payment_intent.create": lambda: provider.payment_intent_create(ledger, params, request_info),
             "payment_intent.list": lambda: provider.payment_intent_list(ledger, params),
             "payment_intent.retrieve": lambda: provider.payment_intent_retrieve(ledger, object_id),
-            "payment_intent.confirm": lambda: provider.payment_intent_confirm(ledger, object_id, params, request_info),
-            "payment_intent.capture": lambda: provider.payment_intent_capture(ledger, object_id, params, request_info),
+            "payment_intent.confirm": lambda: provider.payment_intent_confirm(
+                ledger, object_id, params, request_info
+            ),
+            "payment_intent.capture": lambda: provider.payment_intent_capture(
+                ledger, object_id, params, request_info
+            ),
             "payment_intent.cancel": lambda: provider.payment_intent_cancel(
-                ledger, object_id, params, request_info,
-                capture_wins=sandbox.faults.take(op, ("capture_wins",)) is not None),
+                ledger,
+                object_id,
+                params,
+                request_info,
+                capture_wins=sandbox.faults.take(op, ("capture_wins",)) is not None,
+            ),
             "refund.create": lambda: provider.refund_create(
-                ledger, params, request_info, initial_status=sandbox.refund_initial_status),
+                ledger, params, request_info, initial_status=sandbox.refund_initial_status
+            ),
             "refund.list": lambda: provider.refund_list(ledger, params),
             "refund.retrieve": lambda: provider.refund_retrieve(ledger, object_id),
         }
         with ledger.transaction() as events:
-            failure: StripeError | None = None
             try:
                 status, answer = 200, operations[op]()
             except StripeError as error:
                 if error.validation or not (error.commit or key):
                     raise
-                failure = error
                 status, answer = error.status, error.as_json()
             if key is not None:
                 ledger.idempotency_store(api_key, key, status, json.dumps(answer, indent=2))
@@ -337,9 +385,13 @@ class Handler(BaseHTTPRequestHandler):
                 settings.max_attempts = int(data["webhook_max_attempts"])
             if "refund_initial_status" in data:
                 if data["refund_initial_status"] not in ("succeeded", "pending"):
-                    raise invalid("refund_initial_status is succeeded or pending", param="refund_initial_status")
+                    raise invalid(
+                        "refund_initial_status is succeeded or pending", param="refund_initial_status"
+                    )
                 sandbox.refund_initial_status = data["refund_initial_status"]
-            return self._send(200, {"webhook_url": settings.url, "refund_initial_status": sandbox.refund_initial_status})
+            return self._send(
+                200, {"webhook_url": settings.url, "refund_initial_status": sandbox.refund_initial_status}
+            )
         if path == "/_sandbox/faults":
             if method == "GET":
                 return self._send(200, {"faults": sandbox.faults.list()})
@@ -357,8 +409,14 @@ class Handler(BaseHTTPRequestHandler):
                 settings.duplicate = int(data["duplicate"])
             if "hold" in data:
                 settings.hold = bool(data["hold"])
-            return self._send(200, {"delay_seconds": settings.delay_seconds, "duplicate": settings.duplicate,
-                                    "hold": settings.hold})
+            return self._send(
+                200,
+                {
+                    "delay_seconds": settings.delay_seconds,
+                    "duplicate": settings.duplicate,
+                    "hold": settings.hold,
+                },
+            )
         if (method, path) == ("POST", "/_sandbox/webhooks/release"):
             released = sandbox.webhooks.release(order=data.get("order", "forward"))
             return self._send(200, {"released": released})
@@ -382,16 +440,34 @@ def _route(method: str, path: str) -> tuple[str, re.Match[str]]:
         match = pattern.match(path)
         if match and route_method == method:
             return op, match
-    raise invalid(f"Unrecognized request URL ({method}: {path}). Please see https://stripe.com/docs or we can "
-                  "help at https://support.stripe.com/.", status=404)
+    raise invalid(
+        f"Unrecognized request URL ({method}: {path}). Please see https://stripe.com/docs or we can "
+        "help at https://support.stripe.com/.",
+        status=404,
+    )
 
 
-def serve(*, host: str, port: int, db_path: str, api_keys: list[str] | None = None,
-          webhook_url: str | None = None, webhook_secret: str = "whsec_sandbox",
-          webhook_retry_base_seconds: float = 1.0, announce: Callable[[str], None] = print) -> None:
+def serve(
+    *,
+    host: str,
+    port: int,
+    db_path: str,
+    api_keys: list[str] | None = None,
+    webhook_url: str | None = None,
+    webhook_secret: str = "whsec_sandbox",  # noqa: S107 - a test device's default
+    webhook_retry_base_seconds: float = 1.0,
+    announce: Callable[[str], None] = print,
+) -> None:
     """Run the sandbox in the foreground until interrupted."""
-    server = SandboxServer(host=host, port=port, db_path=db_path, api_keys=api_keys, webhook_url=webhook_url,
-                           webhook_secret=webhook_secret, webhook_retry_base_seconds=webhook_retry_base_seconds)
+    server = SandboxServer(
+        host=host,
+        port=port,
+        db_path=db_path,
+        api_keys=api_keys,
+        webhook_url=webhook_url,
+        webhook_secret=webhook_secret,
+        webhook_retry_base_seconds=webhook_retry_base_seconds,
+    )
     announce(f"sandbox provider listening on {server.url}")
     try:
         server.serve_forever()

@@ -34,7 +34,7 @@ def sign(payload: bytes, secret: str, timestamp: int | None = None) -> str:
 @dataclasses.dataclass
 class WebhookSettings:
     url: str | None = None
-    secret: str = "whsec_sandbox"
+    secret: str = "whsec_sandbox"  # noqa: S105 - the sandbox's well-known default
     retry_base_seconds: float = 1.0
     retry_max_seconds: float = 60.0
     max_attempts: int = 8
@@ -54,8 +54,9 @@ class WebhookDispatcher:
         self._cond = threading.Condition()
         self._stopped = False
         self._in_progress = 0
-        self._workers = [threading.Thread(target=self._run, name=f"sandbox-webhooks-{i}", daemon=True)
-                         for i in range(4)]
+        self._workers = [
+            threading.Thread(target=self._run, name=f"sandbox-webhooks-{i}", daemon=True) for i in range(4)
+        ]
         for worker in self._workers:
             worker.start()
 
@@ -74,19 +75,30 @@ class WebhookDispatcher:
             self._cond.notify_all()
 
     def release(self, order: str = "forward") -> list[str]:
-        """Send the held events now, in arrival order or reversed; stop holding."""
+        """Send the held events now, one after another in arrival order or reversed; stop holding.
+
+        The released events are delivered serially (each answered before the next is sent), so the
+        receiver sees exactly the chosen order; failed ones go back to the normal retry queue.
+        """
         with self._cond:
             held, self._held = self._held, []
             self.settings.hold = False
             if order == "reverse":
                 held.reverse()
-            now = time.time()
-            # Spread the due times so the workers pick them up in the chosen order.
-            for index, event_id in enumerate(held):
-                copies = 1 + max(0, self.settings.duplicate)
-                for _ in range(copies):
-                    self._push(now + self.settings.delay_seconds + index * 0.05, event_id, 1)
-            self._cond.notify_all()
+            self._in_progress += 1
+        copies = 1 + max(0, self.settings.duplicate)
+
+        def deliver_in_order() -> None:
+            try:
+                for event_id in held:
+                    for _ in range(copies):
+                        self._deliver(event_id, 1)
+            finally:
+                with self._cond:
+                    self._in_progress -= 1
+                    self._cond.notify_all()
+
+        threading.Thread(target=deliver_in_order, name="sandbox-webhooks-release", daemon=True).start()
         return held
 
     def deliver_again(self, event_id: str) -> None:
@@ -139,15 +151,20 @@ class WebhookDispatcher:
         if not url or event is None:
             return
         body = json.dumps(event, indent=2).encode()
-        request = urllib.request.Request(url, data=body, method="POST", headers={
-            "Content-Type": "application/json; charset=utf-8",
-            "User-Agent": "Stripe/1.0 (+https://stripe.com/docs/webhooks)",
-            "Stripe-Signature": sign(body, self.settings.secret),
-        })
+        request = urllib.request.Request(  # noqa: S310 - the URL is the configured http(s) endpoint
+            url,
+            data=body,
+            method="POST",
+            headers={
+                "Content-Type": "application/json; charset=utf-8",
+                "User-Agent": "Stripe/1.0 (+https://stripe.com/docs/webhooks)",
+                "Stripe-Signature": sign(body, self.settings.secret),
+            },
+        )
         status: int | None = None
         error: str | None = None
         try:
-            with urllib.request.urlopen(request, timeout=self.settings.timeout_seconds) as response:  # noqa: S310
+            with urllib.request.urlopen(request, timeout=self.settings.timeout_seconds) as response:  # noqa: S310  # noqa: S310
                 status = response.status
         except urllib.error.HTTPError as exc:
             status = exc.code
@@ -159,7 +176,9 @@ class WebhookDispatcher:
             return
         if attempt >= self.settings.max_attempts:
             return
-        backoff = min(self.settings.retry_base_seconds * (2 ** (attempt - 1)), self.settings.retry_max_seconds)
+        backoff = min(
+            self.settings.retry_base_seconds * (2 ** (attempt - 1)), self.settings.retry_max_seconds
+        )
         with self._cond:
             self._push(time.time() + backoff, event_id, attempt + 1)
             self._cond.notify_all()
