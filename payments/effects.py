@@ -166,6 +166,9 @@ def query_attempt(item: OutboxItem) -> dict:
         raise RetryableEffectError(f"provider query failed: {unknown.message}")
     if intent.observation == "requested":
         raise RetryableEffectError(f"the provider is still processing {intent.intent_id} ({intent.status})")
+    if intent.observation == "authorized" and attempt.pending_operation in ("capture", "void"):
+        outcome = services.payment_attempt_record_not_performed(attempt_id=attempt.pk, intent=intent, actor=ACTOR)
+        return {"intent_id": intent.intent_id, "status": intent.status, **_summary(outcome)}
     return _record_intent(attempt, intent)
 
 

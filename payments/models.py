@@ -11,6 +11,7 @@ response, a webhook, a query, reconciliation), so the same fact is applied once 
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from django.db import models
 from django.db.models import Q
@@ -29,6 +30,8 @@ EFFECT_QUERY_ATTEMPT = "payments.query_attempt"
 EFFECT_CREATE_REFUND = "payments.create_refund"
 EFFECT_QUERY_REFUND = "payments.query_refund"
 
+# An unknown outcome is queried after a short pause (the provider may still be working on the call).
+QUERY_DELAY = timedelta(seconds=5)
 LATE_EVIDENCE = {"late_evidence": True}  # a rule that only classifies older provider news as ``stale``
 
 
@@ -137,7 +140,7 @@ class PaymentAttempt(StateMachine):
 
     # --- provider facts -------------------------------------------------------------------------
     @transition(field=state, source=[State.REQUESTED, State.UNKNOWN, State.VOID_PENDING],
-                target=RETURN_VALUE(State.AUTHORIZED, State.CAPTURE_PENDING, State.VOID_PENDING),
+                target=RETURN_VALUE(State.AUTHORIZED, State.VOID_PENDING),
                 conditions=[attempt_is_current, attempt_intent_matches, attempt_amount_matches])
     @transition(field=state, source=[State.CAPTURED, State.VOIDED], target=None, custom=LATE_EVIDENCE)
     def authorized(self, ctx):
@@ -147,16 +150,26 @@ class PaymentAttempt(StateMachine):
         self._observe(ctx)
         if self.state == self.State.VOID_PENDING:
             return self.State.VOID_PENDING
-        if self.state == self.State.UNKNOWN and self.pending_operation in ("capture", "void"):
-            # The query shows the capture/void did not happen: promise it again under the SAME provider
-            # key (if it did happen meanwhile, the provider replays it instead of acting twice).
-            operation, self.pending_operation = self.pending_operation, ""
-            effect = EFFECT_CAPTURE_INTENT if operation == "capture" else EFFECT_CANCEL_INTENT
-            ctx.emit(effect, key=f"{self.effect_key(operation)}:after-v{self.state_version}",
-                     payload=self._call_payload(operation))
-            return self.State.CAPTURE_PENDING if operation == "capture" else self.State.VOID_PENDING
         self.pending_operation = ""
         return self.State.AUTHORIZED
+
+    @transition(field=state, source=State.UNKNOWN,
+                target=RETURN_VALUE(State.AUTHORIZED, State.CAPTURE_PENDING, State.VOID_PENDING),
+                conditions=[attempt_intent_matches, attempt_amount_matches])
+    def not_performed(self, ctx):
+        """A query shows the unknown capture/void did not happen (the intent is still authorized).
+
+        It is promised again under the SAME provider key: if the first call lands late after all, the
+        provider replays it instead of acting twice.
+        """
+        self._observe(ctx)
+        operation, self.pending_operation = self.pending_operation, ""
+        if operation not in ("capture", "void"):
+            return self.State.AUTHORIZED
+        effect = EFFECT_CAPTURE_INTENT if operation == "capture" else EFFECT_CANCEL_INTENT
+        ctx.emit(effect, key=f"{self.effect_key(operation)}:after-v{self.state_version}",
+                 payload=self._call_payload(operation))
+        return self.State.CAPTURE_PENDING if operation == "capture" else self.State.VOID_PENDING
 
     @transition(field=state, source=[State.REQUESTED, State.AUTHORIZED, State.CAPTURE_PENDING,
                                      State.VOID_PENDING, State.UNKNOWN], target=State.CAPTURED,
@@ -195,7 +208,8 @@ class PaymentAttempt(StateMachine):
         self.pending_operation = ctx.payload["operation"]
         self.last_error = str(ctx.payload.get("error") or "")
         ctx.emit(EFFECT_QUERY_ATTEMPT, key=f"{self.effect_key('query')}:v{self.state_version}",
-                 payload={"attempt_id": self.pk, "operation": self.pending_operation})
+                 payload={"attempt_id": self.pk, "operation": self.pending_operation},
+                 not_before=ctx.now + QUERY_DELAY)
 
     # --- commands -------------------------------------------------------------------------------
     @transition(field=state, source=State.AUTHORIZED, target=State.CAPTURE_PENDING)
@@ -327,7 +341,7 @@ class Refund(StateMachine):
     def outcome_unknown(self, ctx):
         self.failure_reason = str(ctx.payload.get("error") or "")
         ctx.emit(EFFECT_QUERY_REFUND, key=f"{self.effect_key()}:query:v{self.state_version}",
-                 payload=self._call_payload())
+                 payload=self._call_payload(), not_before=ctx.now + QUERY_DELAY)
 
     @transition(field=state, source=State.FAILED, target=State.REQUESTED, custom={"repair": True})
     def retry(self, ctx):

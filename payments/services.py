@@ -2,7 +2,8 @@
 
 Public functions (keyword-only):
   payment_attempt_start, payment_attempt_capture, payment_attempt_void, payment_attempt_resolve_review,
-  payment_attempt_record_intent, payment_attempt_record_unknown, payment_attempt_record_refusal,
+  payment_attempt_record_intent, payment_attempt_record_unknown, payment_attempt_record_not_performed,
+  payment_attempt_record_refusal, payment_attempt_apply_fact, refund_apply_fact,
   refund_request, refund_record_result, refund_record_unknown, refund_record_refusal, refund_retry,
   refund_resolve_review.
 """
@@ -132,6 +133,15 @@ def payment_attempt_record_unknown(*, attempt_id: int, operation: str, error: st
     attempt = _attempt(attempt_id)
     return kernel.apply(attempt, "outcome_unknown", f"unknown:{operation}:v{attempt.state_version}",
                         {"operation": operation, "error": error[:2000]}, actor=actor)
+
+
+def payment_attempt_record_not_performed(*, attempt_id: int, intent: IntentResult,
+                                         actor: str = SYSTEM_ACTOR) -> Outcome:
+    """A query found the intent still authorized: the unknown capture/void did not happen."""
+    attempt = _attempt(attempt_id)
+    fact = intent_fact(intent)
+    return kernel.apply(attempt, "not_performed", f"not-performed:{attempt.pending_operation}:v{attempt.state_version}",
+                        fact.payload, actor=actor)
 
 
 @transaction.atomic

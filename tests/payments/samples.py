@@ -25,6 +25,7 @@ register(MachineSamples(
     build=build_attempt,
     payloads={
         "authorized": intent_payload("requires_capture"),
+        "not_performed": intent_payload("requires_capture"),
         "captured": intent_payload("succeeded"),
         "voided": intent_payload("canceled"),
         "failed": intent_payload("requires_payment_method", decline_code="card_declined"),
