@@ -151,7 +151,7 @@ def _classify(provider: str, event: dict[str, Any]) -> dict[str, Any]:
             return _ignored(event, f"{intent.intent_id} is {intent.status}: nothing final to record")
         outcome, related = services.payment_attempt_apply_fact(attempt_id=attempt.pk, fact=fact, actor=actor,
                                                                reason=reason)
-        return _answer(event, outcome, PaymentAttempt.aggregate_type(), attempt.pk, related)
+        return _answer(event, outcome, PaymentAttempt.aggregate_label(), attempt.pk, related)
     if event["type"] in REFUND_EVENT_TYPES:
         try:
             result = RefundResult.from_dict(obj)
@@ -164,7 +164,7 @@ def _classify(provider: str, event: dict[str, Any]) -> dict[str, Any]:
         if fact is None:
             return _ignored(event, f"{result.refund_id} is {result.status}: nothing final to record")
         outcome, related = services.refund_apply_fact(refund_id=refund.pk, fact=fact, actor=actor, reason=reason)
-        return _answer(event, outcome, Refund.aggregate_type(), refund.pk, related)
+        return _answer(event, outcome, Refund.aggregate_label(), refund.pk, related)
     return _ignored(event, f"event type {event['type']} is not acted on")
 
 
