@@ -15,8 +15,9 @@ OWNER = "tests.order"
 
 
 def start(owner_id="o-1", amount=4200, currency="EUR", **kwargs) -> PaymentAttempt:
-    return services.payment_attempt_start(owner_type=OWNER, owner_id=owner_id, amount=amount, currency=currency,
-                                          actor="test", **kwargs)
+    return services.payment_attempt_start(
+        owner_type=OWNER, owner_id=owner_id, amount=amount, currency=currency, actor="test", **kwargs
+    )
 
 
 def authorized(owner_id="o-1", **kwargs) -> PaymentAttempt:
@@ -101,7 +102,8 @@ def test_a_capture_that_times_out_is_unknown_until_a_query_resolves_it(sandbox, 
 
 
 def test_a_capture_whose_outcome_is_unknown_and_did_not_happen_is_promised_again_under_the_same_key(
-        sandbox, settings):
+    sandbox, settings
+):
     settings.STRIPE_TIMEOUT_SECONDS = 0.5
     attempt = authorized()
     sandbox.fault("payment_intent.capture", "error", status=500)  # refused before any effect
@@ -137,7 +139,11 @@ def test_a_void_racing_a_capture_records_the_capture(sandbox):
     assert attempt.state == "captured"
     captured = [f for f in heard if f.fact == "captured"]
     assert len(captured) == 1
-    assert (captured[0].result, captured[0].is_current_attempt, captured[0].owner_id) == ("applied", True, "o-1")
+    assert (captured[0].result, captured[0].is_current_attempt, captured[0].owner_id) == (
+        "applied",
+        True,
+        "o-1",
+    )
     assert captured[0].identity == f"{attempt.provider_intent_id}:succeeded"
 
 
@@ -164,8 +170,9 @@ def test_an_old_attempt_reporting_a_capture_after_a_new_one_began_is_stale(sandb
     assert (old.state, old.is_current) == ("void_pending", False)
     from workflow.models import Transition
 
-    stale = Transition.objects.get(aggregate_type="payments.paymentattempt", aggregate_id=old.pk,
-                                   event_type="captured")
+    stale = Transition.objects.get(
+        aggregate_type="payments.paymentattempt", aggregate_id=old.pk, event_type="captured"
+    )
     assert (stale.result, stale.to_state) == ("stale", "void_pending")
     assert stale.payload["intent_id"] == old.provider_intent_id  # kept for reconciliation
 

@@ -15,8 +15,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def captured(sandbox):
-    attempt = services.payment_attempt_start(owner_type="tests.order", owner_id="o-9", amount=5000, currency="usd",
-                                             actor="test")
+    attempt = services.payment_attempt_start(
+        owner_type="tests.order", owner_id="o-9", amount=5000, currency="usd", actor="test"
+    )
     drain()
     services.payment_attempt_capture(attempt_id=attempt.pk, actor="test")
     drain()
@@ -26,8 +27,9 @@ def captured(sandbox):
 
 
 def refund_of(attempt, key="capture-1", **kwargs) -> Refund:
-    return services.refund_request(attempt_id=attempt.pk, refund_key=f"{key}:{attempt.provider_intent_id}",
-                                   actor="test", **kwargs)
+    return services.refund_request(
+        attempt_id=attempt.pk, refund_key=f"{key}:{attempt.provider_intent_id}", actor="test", **kwargs
+    )
 
 
 def test_a_refund_is_created_at_the_provider_and_succeeds(sandbox, captured):
@@ -51,8 +53,9 @@ def test_the_same_refund_key_answers_the_same_refund(sandbox, captured):
 
 
 def test_refunds_are_only_for_captured_attempts_and_never_more_than_captured(sandbox, captured):
-    other = services.payment_attempt_start(owner_type="tests.order", owner_id="o-10", amount=100, currency="usd",
-                                           actor="test")
+    other = services.payment_attempt_start(
+        owner_type="tests.order", owner_id="o-10", amount=100, currency="usd", actor="test"
+    )
     with pytest.raises(StateTransitionRejected):
         refund_of(other)
     refund_of(captured, key="first", amount=4000)
@@ -97,7 +100,9 @@ def test_a_worker_crash_after_the_provider_refunded_retries_with_the_same_key(sa
     ledger = sandbox.ledger()
     assert refund.state == "succeeded"
     assert len(ledger["refunds"]) == 1
-    assert [k["key"] for k in ledger["idempotency_keys"] if k["path"] == "/v1/refunds"] == [refund.effect_key()]
+    assert [k["key"] for k in ledger["idempotency_keys"] if k["path"] == "/v1/refunds"] == [
+        refund.effect_key()
+    ]
 
 
 def test_an_operator_retries_a_failed_refund_under_a_new_key(sandbox, captured):
@@ -107,14 +112,17 @@ def test_an_operator_retries_a_failed_refund_under_a_new_key(sandbox, captured):
     refund.refresh_from_db()
     assert refund.state == "pending"
     sandbox.settle_refund(refund.provider_refund_id, "failed")
-    services.refund_record_result(refund_id=refund.pk,
-                                  result=sandbox.provider().retrieve_refund(refund.provider_refund_id))
+    services.refund_record_result(
+        refund_id=refund.pk, result=sandbox.provider().retrieve_refund(refund.provider_refund_id)
+    )
     refund.refresh_from_db()
     assert refund.state == "failed"
 
     with pytest.raises(ValidationFailed):
         services.refund_retry(refund_id=refund.pk, actor="operator:ann", reason="")
-    preview = services.refund_retry(refund_id=refund.pk, actor="operator:ann", reason="bank fixed", dry_run=True)
+    preview = services.refund_retry(
+        refund_id=refund.pk, actor="operator:ann", reason="bank fixed", dry_run=True
+    )
     assert (preview.result, preview.state) == ("applied", "requested")
     sandbox.configure(refund_initial_status="succeeded")
     outcome = services.refund_retry(refund_id=refund.pk, actor="operator:ann", reason="bank fixed")

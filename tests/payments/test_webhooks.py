@@ -30,28 +30,60 @@ def webhook_secrets(settings):
 
 def make_attempt(state="authorized", amount=1500, is_current=True, intent_id=None) -> PaymentAttempt:
     tag = uuid.uuid4().hex[:10]
-    return kernel.create(PaymentAttempt, actor="test", state=state, owner_type="tests.order", owner_id=tag,
-                         amount=amount, currency="eur", provider_intent_id=intent_id or f"pi_{tag}",
-                         is_current=is_current)
+    return kernel.create(
+        PaymentAttempt,
+        actor="test",
+        state=state,
+        owner_type="tests.order",
+        owner_id=tag,
+        amount=amount,
+        currency="eur",
+        provider_intent_id=intent_id or f"pi_{tag}",
+        is_current=is_current,
+    )
 
 
 def intent_event(attempt, status, *, event_type=None, amount=None, event_id=None) -> dict:
     amount = attempt.amount if amount is None else amount
-    event_type = event_type or {"requires_capture": "payment_intent.amount_capturable_updated",
-                                "succeeded": "payment_intent.succeeded", "canceled": "payment_intent.canceled",
-                                "requires_payment_method": "payment_intent.payment_failed"}[status]
-    intent = {"id": attempt.provider_intent_id, "object": "payment_intent", "amount": amount, "currency": "eur",
-              "status": status, "amount_capturable": amount if status == "requires_capture" else 0,
-              "amount_received": amount if status == "succeeded" else 0, "created": 1,
-              "metadata": {"ledgerflow_attempt": str(attempt.public_id)}, "last_payment_error": None}
-    return {"id": event_id or f"evt_{uuid.uuid4().hex[:16]}", "object": "event", "type": event_type,
-            "created": 1, "data": {"object": intent}, "livemode": False}
+    event_type = (
+        event_type
+        or {
+            "requires_capture": "payment_intent.amount_capturable_updated",
+            "succeeded": "payment_intent.succeeded",
+            "canceled": "payment_intent.canceled",
+            "requires_payment_method": "payment_intent.payment_failed",
+        }[status]
+    )
+    intent = {
+        "id": attempt.provider_intent_id,
+        "object": "payment_intent",
+        "amount": amount,
+        "currency": "eur",
+        "status": status,
+        "amount_capturable": amount if status == "requires_capture" else 0,
+        "amount_received": amount if status == "succeeded" else 0,
+        "created": 1,
+        "metadata": {"ledgerflow_attempt": str(attempt.public_id)},
+        "last_payment_error": None,
+    }
+    return {
+        "id": event_id or f"evt_{uuid.uuid4().hex[:16]}",
+        "object": "event",
+        "type": event_type,
+        "created": 1,
+        "data": {"object": intent},
+        "livemode": False,
+    }
 
 
 def deliver(client, event, *, secret=SECRET, timestamp=None, header=None, path=URL):
     body, signature = signed(event, secret, timestamp=timestamp)
-    return client.post(path, data=body, content_type="application/json",
-                       HTTP_STRIPE_SIGNATURE=header if header is not None else signature)
+    return client.post(
+        path,
+        data=body,
+        content_type="application/json",
+        HTTP_STRIPE_SIGNATURE=header if header is not None else signature,
+    )
 
 
 @pytest.fixture
@@ -68,9 +100,17 @@ def test_a_valid_event_is_applied_and_stored_verbatim(client):
 
     assert answer.status_code == 200
     assert answer.json() | {"transition_id": None} == {
-        "result": "applied", "state": "captured", "version": 2, "transition_id": None, "replayed": False,
-        "detail": "", "event_id": event["id"], "aggregate_type": "payments.paymentattempt",
-        "aggregate_id": attempt.pk, "related": []}
+        "result": "applied",
+        "state": "captured",
+        "version": 2,
+        "transition_id": None,
+        "replayed": False,
+        "detail": "",
+        "event_id": event["id"],
+        "aggregate_type": "payments.paymentattempt",
+        "aggregate_id": attempt.pk,
+        "related": [],
+    }
     stored = ProviderEvent.objects.get(event_id=event["id"])
     assert json.loads(stored.raw_body) == event and stored.result == "applied"
     attempt.refresh_from_db()
@@ -99,7 +139,9 @@ def test_a_signature_over_other_bytes_is_refused(client):
     attempt = make_attempt()
     body, signature = signed(intent_event(attempt, "succeeded"), SECRET)
 
-    answer = client.post(URL, data=body + b" ", content_type="application/json", HTTP_STRIPE_SIGNATURE=signature)
+    answer = client.post(
+        URL, data=body + b" ", content_type="application/json", HTTP_STRIPE_SIGNATURE=signature
+    )
 
     assert answer.status_code == 401
 
@@ -156,7 +198,9 @@ def test_the_same_fact_in_another_event_is_already_applied(client):
     attempt = make_attempt()
 
     deliver(client, intent_event(attempt, "succeeded"))
-    other = deliver(client, intent_event(attempt, "succeeded"))  # a different event id, the same provider fact
+    other = deliver(
+        client, intent_event(attempt, "succeeded")
+    )  # a different event id, the same provider fact
 
     assert (other.json()["result"], other.json()["replayed"]) == ("already_applied", True)
 
@@ -182,10 +226,17 @@ def test_a_capture_for_an_attempt_that_is_no_longer_current_is_stale_and_kept(cl
 
     answer = deliver(client, event)
 
-    assert (answer.status_code, answer.json()["result"], answer.json()["state"]) == (200, "stale", "void_pending")
+    assert (answer.status_code, answer.json()["result"], answer.json()["state"]) == (
+        200,
+        "stale",
+        "void_pending",
+    )
     stored = ProviderEvent.objects.get(event_id=event["id"])
     assert (stored.result, stored.aggregate_id) == ("stale", old.pk)
-    assert Transition.objects.get(pk=answer.json()["transition_id"]).payload["intent_id"] == old.provider_intent_id
+    assert (
+        Transition.objects.get(pk=answer.json()["transition_id"]).payload["intent_id"]
+        == old.provider_intent_id
+    )
 
 
 @pytest.mark.django_db
@@ -194,14 +245,19 @@ def test_an_amount_that_disagrees_needs_review(client):
 
     answer = deliver(client, intent_event(attempt, "succeeded", amount=1499))
 
-    assert (answer.status_code, answer.json()["result"], answer.json()["state"]) == (200, "needs_review",
-                                                                                     "manual_review")
+    assert (answer.status_code, answer.json()["result"], answer.json()["state"]) == (
+        200,
+        "needs_review",
+        "manual_review",
+    )
     attempt.refresh_from_db()
     assert attempt.state == "manual_review"
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("body", [b"{not json", b"[]", b'{"id": "evt_1", "type": "payment_intent.succeeded"}'])
+@pytest.mark.parametrize(
+    "body", [b"{not json", b"[]", b'{"id": "evt_1", "type": "payment_intent.succeeded"}']
+)
 def test_a_malformed_body_is_400_and_stores_nothing(client, body):
     signature = sign(body, SECRET, int(clock.now().timestamp()))
 
@@ -224,8 +280,11 @@ def test_events_we_do_not_act_on_are_acknowledged_as_ignored(client):
 
 @pytest.mark.django_db
 def test_an_unknown_provider_is_404(client):
-    answer = deliver(client, {"id": "evt_1", "type": "x", "data": {"object": {"id": "y"}}},
-                     path="/api/v1/webhooks/payments/paypal")
+    answer = deliver(
+        client,
+        {"id": "evt_1", "type": "x", "data": {"object": {"id": "y"}}},
+        path="/api/v1/webhooks/payments/paypal",
+    )
 
     assert answer.status_code == 404
 
@@ -233,12 +292,25 @@ def test_an_unknown_provider_is_404(client):
 @pytest.mark.django_db
 def test_refund_events_move_the_refund(client):
     attempt = make_attempt(state="captured")
-    refund = kernel.create(Refund, actor="test", attempt=attempt, refund_key="capture:x", amount=1500,
-                           currency="eur")
-    event = {"id": "evt_refund", "type": "refund.updated", "data": {"object": {
-        "id": "re_1", "object": "refund", "amount": 1500, "currency": "eur", "status": "succeeded",
-        "payment_intent": attempt.provider_intent_id, "created": 1,
-        "metadata": {"ledgerflow_refund": str(refund.public_id), "try": "1"}}}}
+    refund = kernel.create(
+        Refund, actor="test", attempt=attempt, refund_key="capture:x", amount=1500, currency="eur"
+    )
+    event = {
+        "id": "evt_refund",
+        "type": "refund.updated",
+        "data": {
+            "object": {
+                "id": "re_1",
+                "object": "refund",
+                "amount": 1500,
+                "currency": "eur",
+                "status": "succeeded",
+                "payment_intent": attempt.provider_intent_id,
+                "created": 1,
+                "metadata": {"ledgerflow_refund": str(refund.public_id), "try": "1"},
+            }
+        },
+    }
 
     answer = deliver(client, event)
 
@@ -254,8 +326,9 @@ def test_subscribers_answer_inside_the_webhook_answer(client):
 
     def order_side(fact):
         seen.append(fact)
-        return kernel.Outcome(result="applied", state="refund_pending", version=4, transition_id=99,
-                              replayed=False, detail="")
+        return kernel.Outcome(
+            result="applied", state="refund_pending", version=4, transition_id=99, replayed=False, detail=""
+        )
 
     hooks.subscribe("tests.order", order_side)
     try:
@@ -277,8 +350,14 @@ def test_twenty_concurrent_deliveries_apply_once(live_server):
 
     def post():
         gate.wait()
-        answers.append(requests.post(f"{live_server.url}{URL}", data=body, timeout=30, headers={
-            "Content-Type": "application/json", "Stripe-Signature": signature}))
+        answers.append(
+            requests.post(
+                f"{live_server.url}{URL}",
+                data=body,
+                timeout=30,
+                headers={"Content-Type": "application/json", "Stripe-Signature": signature},
+            )
+        )
 
     threads = [threading.Thread(target=post) for _ in range(20)]
     for t in threads:
@@ -301,8 +380,9 @@ def test_the_sandbox_delivers_signed_events_that_the_inbox_classifies(live_serve
     settings.STRIPE_WEBHOOK_SECRETS = [sandbox.webhook_secret]
     sandbox.configure(webhook_url=f"{live_server.url}/api/v1/webhooks/payments/sandbox")
     sandbox.webhooks(duplicate=1)
-    attempt = services.payment_attempt_start(owner_type="tests.order", owner_id="o-live", amount=990,
-                                             currency="eur", actor="test")
+    attempt = services.payment_attempt_start(
+        owner_type="tests.order", owner_id="o-live", amount=990, currency="eur", actor="test"
+    )
     drain()
     services.payment_attempt_capture(attempt_id=attempt.pk, actor="test")
     drain()
