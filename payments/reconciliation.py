@@ -166,7 +166,8 @@ def _compare_attempt(attempt: PaymentAttempt, intent: IntentResult | None) -> li
                 base,
                 kind=K.AMOUNT_MISMATCH,
                 proposed_repair=R.REVIEW,
-                detail=f"provider {intent.amount} {intent.currency}; {attempt.amount} {attempt.currency} here",
+                detail=f"provider {intent.amount} {intent.currency}; "
+                f"{attempt.amount} {attempt.currency} here",
             )
         ]
     local = attempt.state
