@@ -4,3 +4,7 @@ from django.apps import AppConfig
 class WorkflowConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "workflow"
+    verbose_name = "Workflow kernel"
+
+    def ready(self) -> None:
+        from . import auth, effects  # noqa: F401  (API key principal attributes; built-in effect handlers)

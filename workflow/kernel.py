@@ -49,6 +49,12 @@ class Outcome:
     effect_keys: list[str] = dataclasses.field(default_factory=list)
     dry_run: bool = False
 
+    def __post_init__(self) -> None:
+        # Plain strings (not TextChoices members) so the answer serialises and compares simply.
+        self.result = str(self.result)
+        self.state = str(self.state)
+        self.from_state = str(self.from_state)
+
     @property
     def changed_state(self) -> bool:
         return self.result in STATE_CHANGING_RESULTS and not self.replayed
@@ -223,7 +229,7 @@ def _insert_effects(aggregate: StateMachine, effects: list[PromisedEffect], now:
         config = effect_config(e.effect_type)
         items.append(OutboxItem(
             effect_type=e.effect_type, effect_key=e.effect_key, payload=e.payload,
-            aggregate_type=aggregate.aggregate_type(), aggregate_id=aggregate.pk,
+            aggregate_type=aggregate.aggregate_label(), aggregate_id=aggregate.pk,
             max_attempts=e.max_attempts or config.max_attempts,
             next_attempt_at=e.not_before or now, created_at=now, updated_at=now, entered_state_at=now,
         ))
@@ -237,7 +243,7 @@ def _insert_timers(aggregate: StateMachine, timers: list[PromisedTimer], state: 
     if not timers:
         return
     Timer.objects.bulk_create([
-        Timer(aggregate_type=aggregate.aggregate_type(), aggregate_id=aggregate.pk, timer_type=t.timer_type,
+        Timer(aggregate_type=aggregate.aggregate_label(), aggregate_id=aggregate.pk, timer_type=t.timer_type,
               scheduled_at=t.fire_at, armed_state=state, armed_at=now, payload=t.payload)
         for t in timers
     ], ignore_conflicts=True)
@@ -279,7 +285,7 @@ def create(model: type[StateMachine], *, actor: str | None = None, reason: str =
         aggregate.save_base(raw=False) if not _history_enabled(model) else aggregate.save_without_historical_record()
         body = payload or {}
         Transition.objects.create(
-            aggregate_type=model.aggregate_type(), aggregate_id=aggregate.pk, event_type=CREATED_EVENT,
+            aggregate_type=model.aggregate_label(), aggregate_id=aggregate.pk, event_type=CREATED_EVENT,
             event_identity=identity or CREATED_EVENT, payload_hash=payload_hash(CREATED_EVENT, body),
             payload=body, from_state="", to_state=aggregate.state, from_version=0, to_version=1,
             result=Result.APPLIED, actor=actor, reason=reason or "", created_at=now,
@@ -348,7 +354,7 @@ def _apply_once(model: type[StateMachine], pk: int, event_type: str, identity: s
         raise NotFound(f"{model._meta.verbose_name} {pk} not found")
     observed_version = agg.state_version
     from_state = agg.state
-    agg_type = model.aggregate_type()
+    agg_type = model.aggregate_label()
 
     def outcome(result: str, *, transition_id: int | None, replayed: bool = False, detail: str = "",
                 effect_keys: list[str] | None = None) -> Outcome:
@@ -466,7 +472,8 @@ def _restore(instance: models.Model, before: dict[str, Any]) -> None:
 # --- reading the record ------------------------------------------------------------------------
 def timeline(aggregate: StateMachine) -> models.QuerySet[Transition]:
     """Every classified event of one aggregate, oldest first (rejections included)."""
-    return Transition.objects.filter(aggregate_type=aggregate.aggregate_type(), aggregate_id=aggregate.pk).order_by("id")
+    return Transition.objects.filter(aggregate_type=aggregate.aggregate_label(),
+                                     aggregate_id=aggregate.pk).order_by("id")
 
 
 def replay(aggregate: StateMachine) -> tuple[str, int]:

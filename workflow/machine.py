@@ -76,7 +76,8 @@ class StateMachine(FSMModelMixin, models.Model):
 
     # --- introspection used by the kernel, the tests, the diagrams and the console --------------
     @classmethod
-    def aggregate_type(cls) -> str:
+    def aggregate_label(cls) -> str:
+        """"app_label.model": how the kernel tables name this machine (their aggregate_type column)."""
         return cls._meta.label_lower
 
     @classmethod
