@@ -160,6 +160,16 @@ class StationClaimApi(StationApi):
         return Response({"job": selectors.claim_representation(job) if job else None})
 
 
+class StationJobDetailApi(StationApi):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT},
+                   description="One of this station's own jobs (another station's job is 404).")
+    def get(self, request, job_id: int):
+        job = selectors.print_job_get(job_id=job_id, station=request.user)
+        return Response({"id": job.pk, "state": job.state, "version": job.state_version,
+                         "fencing_token": job.lease_generation, "expires_at": job.expires_at.isoformat(),
+                         "os_job_id": job.os_job_id or None})
+
+
 class ReportIn(serializers.Serializer):
     event_id = serializers.CharField(max_length=200)
     lease_token = serializers.CharField()

@@ -10,6 +10,7 @@ urlpatterns = [
     path("print-jobs/<int:job_id>/wait", api.PrintJobWaitApi.as_view(), name="print-job-wait"),
     path("station/heartbeat", api.StationHeartbeatApi.as_view(), name="station-heartbeat"),
     path("station/claim", api.StationClaimApi.as_view(), name="station-claim"),
+    path("station/jobs/<int:job_id>", api.StationJobDetailApi.as_view(), name="station-job-detail"),
     path("station/jobs/<int:job_id>/report", api.StationReportApi.as_view(), name="station-report"),
     path("station/ledger", api.StationLedgerApi.as_view(), name="station-ledger"),
     path("webhook-endpoints", api.WebhookEndpointCreateApi.as_view(), name="webhook-endpoint-create"),
