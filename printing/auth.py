@@ -5,6 +5,7 @@ Stations only reach the ``/api/v1/station/…`` views, and those accept nothing 
 
 from __future__ import annotations
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
 from workflow.auth import bearer_token
@@ -42,3 +43,14 @@ def create_station_token(*, name: str) -> tuple[Station, str]:
     from .services import station_create
 
     return station_create(name=name)
+
+
+class StationTokenScheme(OpenApiAuthenticationExtension):
+    """How the OpenAPI document describes station authentication."""
+
+    target_class = "printing.auth.StationTokenAuthentication"
+    name = "stationToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer",
+                "description": "Station token `st_<prefix>_<secret>` from `manage.py create_station`."}

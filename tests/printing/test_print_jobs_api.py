@@ -239,7 +239,7 @@ def test_only_completed_jobs_are_billed(api_client, station, submit):
     done, failed, canceled, unknown, expired = (submit(station.id, expires_in_seconds=60) for _ in range(5))
     api_client.post(f"/api/v1/print-jobs/{canceled['id']}/cancel")
     leases = {}
-    for job in (done, failed, unknown):
+    for _ in (done, failed, unknown):  # claims come oldest first: done, failed, then unknown
         claimed = station.claim()
         leases[claimed["id"]] = claimed["lease_token"]
     station.report(done["id"], "completed", leases[done["id"]])
