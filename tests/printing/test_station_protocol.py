@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import base64
+import threading
 
 import pytest
+from django.db import connection
 
 from printing.models import PrintJob
+from printing.services import print_job_claim
 from workflow import clock, timers
 
 pytestmark = pytest.mark.django_db
@@ -234,3 +237,30 @@ def test_heartbeats_make_the_connection_status(station, submit, api_client):
 
 def test_a_long_poll_claim_returns_empty_after_its_wait(station):
     assert station.claim(wait_seconds=0.3) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_claims_never_take_the_same_job(station, submit):
+    # given twelve pending jobs and four claimers racing for them (SELECT … FOR UPDATE SKIP LOCKED)
+    jobs = [submit(station.id, f"job {i}\n".encode())["id"] for i in range(12)]
+    taken: list[int] = []
+    lock = threading.Lock()
+
+    def claimer():
+        try:
+            while (job := print_job_claim(station=station.station, wait_seconds=0)) is not None:
+                with lock:
+                    taken.append(job.pk)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=claimer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+    # then every job was claimed exactly once, each under its first lease
+    assert sorted(taken) == sorted(jobs)
+    assert set(PrintJob.objects.values_list("lease_generation", flat=True)) == {1}
+    assert set(PrintJob.objects.values_list("state", flat=True)) == {"dispatching"}
