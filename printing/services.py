@@ -42,9 +42,15 @@ def station_create(*, name: str) -> tuple[Station, str]:
     return station, raw
 
 
+SEEN_WRITE_EVERY_SECONDS = 2
+
+
 def station_seen(*, station: Station) -> None:
-    """Any authenticated request from a station is a sign of life."""
+    """A claim or report is a sign of life (written at most every few seconds: long polls loop)."""
     now = clock.now()
+    last = station.last_seen_at
+    if last is not None and 0 <= (now - last).total_seconds() < SEEN_WRITE_EVERY_SECONDS:
+        return
     Station.objects.filter(pk=station.pk).update(last_seen_at=now)
     station.last_seen_at = now
 
