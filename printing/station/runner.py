@@ -115,6 +115,12 @@ class Station:
                     self._sleep(backoff)
                     backoff = min(backoff * 2, 30.0)
                     continue
+                except ServerRefused as exc:
+                    # Not this station's fault to fix by retrying at once; keep running, slowly.
+                    log.error("server refused a request (%s); retrying in %.0fs", exc, backoff)
+                    self._sleep(backoff)
+                    backoff = min(backoff * 2, 30.0)
+                    continue
                 if max_jobs is not None and self.jobs_handled >= max_jobs and self._nothing_owed():
                     return 0
                 if until_idle and idle and self._nothing_owed():

@@ -26,6 +26,7 @@ class FakeStationServer:
         self.ledger_replays: list[list[dict[str, Any]]] = []
         self.heartbeats: list[dict[str, Any]] = []
         self.on_report: Callable[[str, dict[str, Any]], dict[str, Any] | None] | None = None
+        self.fail_next_reports = 0  # answer this many reports with 503 (the server is "down")
         self.lock = threading.Lock()
         server = self
 
@@ -62,6 +63,9 @@ class FakeStationServer:
                             },
                         )
                     if path.startswith("/station/jobs/") and path.endswith("/report"):
+                        if server.fail_next_reports > 0:
+                            server.fail_next_reports -= 1
+                            return self._send(503, {"error": {"code": "E_UNAVAILABLE", "message": "down"}})
                         job_id = path.split("/")[3]
                         server.reports.append((job_id, body))
                         answer = server.on_report(job_id, body) if server.on_report else None

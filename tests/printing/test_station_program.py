@@ -112,6 +112,28 @@ def test_a_job_offered_again_is_not_printed_again_and_its_outcome_is_reported_un
     assert ledger.get("8").offers == 2
 
 
+def test_a_receipt_the_server_did_not_hear_is_retried_and_printing_waits_for_it(tmp_path):
+    # given a server that is unavailable for the first two reports
+    with FakeStationServer() as server:
+        server.offer(12, b"patience", lease="lease-1")
+        server.fail_next_reports = 2
+        output = CountingDirOutput(tmp_path / "out")
+        station, ledger = make_station(server, tmp_path, output)
+
+        # when the station claims the job while reports fail
+        station.step()
+        # then nothing is printed yet, and the receipt waits in the ledger
+        assert output.submits == []
+        assert [r.kind for r in ledger.unacked_reports()] == ["received"]
+
+        # and once the server answers again, the same receipt goes through and the job prints
+        station.run(until_idle=True)
+
+    assert output.submits == ["12"]
+    assert server.kinds(12) == ["received", "printing", "completed"]
+    assert len({b["event_id"] for j, b in server.reports if b["kind"] == "received"}) == 1
+
+
 def test_a_receipt_answered_stale_is_not_permission_to_print(tmp_path):
     # given a server that answers the receipt under the first lease with stale (that lease ran out)
     with FakeStationServer() as server:
