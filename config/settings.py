@@ -148,7 +148,10 @@ CELERY_BEAT_SCHEDULE = {
                      "schedule": float(os.environ.get("OUTBOX_SWEEP_SECONDS", "5"))},
     "timer-sweep": {"task": "workflow.tasks.sweep_timers",
                     "schedule": float(os.environ.get("TIMER_SWEEP_SECONDS", "5"))},
+    "payments-reconcile": {"task": "payments.tasks.reconcile_payments",
+                           "schedule": float(os.environ.get("PAYMENTS_RECONCILE_SECONDS", "900"))},
 }
+CELERY_BEAT_SCHEDULE["print-content-purge"] = {"task": "printing.tasks.purge_print_content", "schedule": 3600.0}
 # Whether a committed outbox item is also pushed to the broker at once (the sweep covers it either way).
 OUTBOX_ENQUEUE_ON_COMMIT = env_bool("OUTBOX_ENQUEUE_ON_COMMIT", True)
 
@@ -159,6 +162,8 @@ STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "http://127.0.0.1:12111")
 # Comma-separated: more than one secret is accepted while a secret is being rotated.
 STRIPE_WEBHOOK_SECRETS = env_list("STRIPE_WEBHOOK_SECRET", "whsec_sandbox")
 STRIPE_WEBHOOK_TOLERANCE_SECONDS = int(os.environ.get("STRIPE_WEBHOOK_TOLERANCE_SECONDS", "300"))
+# Provider calls give up after this (then the outcome is unknown and the provider is queried).
+STRIPE_TIMEOUT_SECONDS = float(os.environ.get("STRIPE_TIMEOUT_SECONDS", "10"))
 
 LOGGING = {
     "version": 1,
