@@ -7,6 +7,7 @@ class OpsConsoleConfig(AppConfig):
     verbose_name = "Operations console"
 
     def ready(self) -> None:
-        from . import admin, console  # noqa: F401 - registrations
+        from . import admin, console, integrations  # noqa: F401 - registrations
 
         admin.register_unregistered_machines()
+        integrations.load()
