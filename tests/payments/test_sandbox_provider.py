@@ -298,3 +298,28 @@ def test_the_management_command_serves_the_sandbox(tmp_path):
 
     assert health.json()["ok"] is True
     assert created.json()["status"] == "requires_capture"
+
+
+def test_the_ledger_survives_a_restart(tmp_path):
+    from tests.sandbox_provider import SANDBOX_API_KEY, start_sandbox
+
+    db = tmp_path / "ledger.sqlite3"
+    auth = {"Authorization": f"Bearer {SANDBOX_API_KEY}"}
+    process, url = start_sandbox(db)
+    try:
+        created = requests.post(f"{url}/v1/payment_intents", data=CREATE, timeout=10,
+                                headers={**auth, "Idempotency-Key": "durable"}).json()
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    process, url = start_sandbox(db)
+    try:
+        retrieved = requests.get(f"{url}/v1/payment_intents/{created['id']}", headers=auth, timeout=10)
+        replayed = requests.post(f"{url}/v1/payment_intents", data=CREATE, timeout=10,
+                                 headers={**auth, "Idempotency-Key": "durable"})
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+    assert retrieved.json() == created
+    assert replayed.headers["Idempotent-Replayed"] == "true" and replayed.json()["id"] == created["id"]
