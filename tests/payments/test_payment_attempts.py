@@ -210,3 +210,12 @@ def test_a_create_that_times_out_is_resolved_by_replaying_it_under_its_key(sandb
     intents = sandbox.ledger()["payment_intents"]
     assert len(intents) == 1
     assert (attempt.state, attempt.provider_intent_id) == ("authorized", intents[0]["id"])
+
+
+def test_a_caller_may_deliver_the_authorization_now_instead_of_waiting_for_a_worker(sandbox):
+    attempt = start()
+
+    attempt = services.payment_attempt_deliver_now(attempt_id=attempt.pk)
+
+    assert attempt.state == "authorized"
+    assert pending_effects() == []
