@@ -1,0 +1,77 @@
+"""Commands on orders from integrators and operators. Each one is a call to ``apply``."""
+
+from __future__ import annotations
+
+from workflow import kernel
+from workflow.errors import NotFound, StateTransitionRejected, ValidationFailed
+from workflow.models import OutboxItem
+
+from ..models import Order
+from ..payment_port import get_port
+
+WAREHOUSE_EVENTS = ("fulfillment_accepted", "shipped", "delivery_confirmed")
+
+
+def _order(order_id: int) -> Order:
+    order = Order.objects.filter(pk=order_id).first()
+    if order is None:
+        raise NotFound(f"order {order_id} not found")
+    return order
+
+
+def order_cancel(*, order_id: int, actor: str, reason: str = "", dry_run: bool = False) -> kernel.Outcome:
+    """Request cancellation. One cancellation request per order: its identity is fixed, so repeats are
+    ``already_applied`` (the reason is recorded with the first)."""
+    _order(order_id)
+    return kernel.apply((Order, order_id), "cancel", "cancel-request", {}, actor=actor,
+                        reason=reason or "cancellation requested", dry_run=dry_run)
+
+
+def order_start_payment_attempt(*, order_id: int, idempotency_key: str, actor: str) -> kernel.Outcome:
+    """A new attempt after a failed one. The order must be ``payment_failed``: checked before the
+    provider is called (dry run), then the started attempt is applied."""
+    order = _order(order_id)
+    number = order.attempt_count + 1
+    probe = {"attempt_ref": "probe", "amount": order.total_amount, "currency": order.currency}
+    preview = kernel.apply(order, "payment_started", f"attempt-probe:{number}", probe, actor=actor, dry_run=True)
+    if preview.result != "applied":
+        raise StateTransitionRejected(f"order {order_id} is {order.state}: a new payment attempt is not allowed",
+                                      details={"outcome": preview.as_dict()})
+    attempt = get_port().start_attempt(order_id=order.pk, amount=order.total_amount, currency=order.currency,
+                                       idempotency_key=f"order:{order.pk}:attempt-{number}:{idempotency_key}")
+    return kernel.apply(order, "payment_started", f"attempt:{attempt.attempt_ref}:started",
+                        {"attempt_ref": attempt.attempt_ref, "attempt_id": attempt.attempt_id,
+                         "provider_ref": attempt.provider_ref, "amount": order.total_amount,
+                         "currency": order.currency}, actor=actor)
+
+
+def order_apply_warehouse_event(*, order_id: int, event_type: str, identity: str, payload: dict, actor: str,
+                                dry_run: bool = False) -> kernel.Outcome:
+    if event_type not in WAREHOUSE_EVENTS:
+        raise ValidationFailed(f"event type must be one of {', '.join(WAREHOUSE_EVENTS)}",
+                               details={"field": "type"})
+    _order(order_id)
+    return kernel.apply((Order, order_id), event_type, identity, payload, actor=actor, dry_run=dry_run)
+
+
+def order_resolve_review(*, order_id: int, decision: str, actor: str, reason: str,
+                         dry_run: bool = False) -> kernel.Outcome:
+    """Operator repair of a manual_review order: ``refund``, ``accept`` or ``cancel`` (actor + reason)."""
+    order = _order(order_id)
+    return kernel.apply(order, "resolve", f"resolve:v{order.state_version}", {"decision": decision},
+                        actor=actor, reason=reason, dry_run=dry_run)
+
+
+def order_retry_refund(*, order_id: int, actor: str, reason: str, dry_run: bool = False) -> kernel.Outcome:
+    """Operator retry of an exhausted refund: its outbox promise is requeued with the SAME key (the
+    provider sees the same idempotency key, so a refund that did happen is not repeated)."""
+    from workflow.outbox import outbox_requeue
+
+    order = _order(order_id)
+    if not order.refund_key:
+        raise StateTransitionRejected(f"order {order_id} has no refund to retry")
+    item = OutboxItem.objects.filter(effect_key=order.refund_key).first()
+    if item is None or item.state != OutboxItem.State.DEAD:
+        raise StateTransitionRejected(f"the refund {order.refund_key} is not exhausted",
+                                      details={"outbox_state": item.state if item else None})
+    return outbox_requeue(item_id=item.pk, actor=actor, reason=reason, dry_run=dry_run)
