@@ -204,4 +204,4 @@ class SimulatedPaymentPort:
             if attempt is None:
                 return AttemptStatus(status="failed")
             return AttemptStatus(status=attempt["status"], amount=attempt["amount"], currency=attempt["currency"],
-                                 capture_ref=attempt_ref if attempt["status"] == "captured" else "")
+                                 capture_ref=f"ch_{attempt_ref}" if attempt["status"] == "captured" else "")
