@@ -45,17 +45,24 @@ def reservation_expired(item) -> dict:
 
 
 def _apply_attempt_answer(order_id: int, attempt_ref: str, answer: str) -> dict:
-    """Turn a provider answer about an attempt into the fact it proves (deduplicated by fact identity)."""
-    port = get_port()
-    if answer in ("voided", "already_failed", "failed"):
-        fact = "voided" if answer == "voided" else "failed"
-        return {"answer": answer, **payment_fact(order_id=order_id, fact=fact, attempt_ref=attempt_ref,
-                                                 actor=ACTOR).as_dict()}
+    """Turn a provider answer about an attempt into the fact it proves — unless the order already
+    knows it (the capture webhook usually wins the race; its fact is recorded under the webhook's
+    identity, and a second identity for the same fact would only add a misleading rejection)."""
+    order = Order.objects.get(pk=order_id)
     if answer in ("already_captured", "captured"):
-        status = port.attempt_status(attempt_ref=attempt_ref)
+        if order.captured_attempt_ref == attempt_ref:
+            return {"answer": answer, "already_recorded": True}
+        status = get_port().attempt_status(attempt_ref=attempt_ref)
         return {"answer": answer, **payment_fact(order_id=order_id, fact="captured", attempt_ref=attempt_ref,
                                                  amount=status.amount, currency=status.currency,
                                                  capture_ref=status.capture_ref, actor=ACTOR).as_dict()}
+    if answer in ("voided", "already_failed", "failed"):
+        waiting = (Order.State.PAYMENT_PENDING, Order.State.CANCELLATION_PENDING)
+        if order.current_attempt_ref != attempt_ref or order.state not in waiting:
+            return {"answer": answer, "order_state": order.state, "applied_to_order": False}
+        fact = "voided" if answer == "voided" else "failed"
+        return {"answer": answer, **payment_fact(order_id=order_id, fact=fact, attempt_ref=attempt_ref,
+                                                 actor=ACTOR).as_dict()}
     return {"answer": answer}
 
 
@@ -89,6 +96,9 @@ def request_refund(item) -> dict:
                                        capture_ref=p["capture_ref"], amount=p["amount"], currency=p["currency"],
                                        idempotency_key=item.effect_key)
     status = answer.get("status")
+    order = Order.objects.get(pk=p["order_id"])
+    if order.refund_key != p["refund_key"] or order.state != Order.State.REFUND_PENDING:
+        return {**answer, "order_state": order.state, "applied_to_order": False}
     if status == "succeeded":
         outcome = payment_fact(order_id=p["order_id"], fact="refund_succeeded", refund_key=p["refund_key"],
                                amount=p["amount"], refund_ref=answer.get("refund_ref", ""), actor=ACTOR)
