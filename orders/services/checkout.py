@@ -131,6 +131,8 @@ def lock_cart(ctx: CheckoutContext) -> None:
 
 
 def unlock_cart(ctx: CheckoutContext) -> str:
+    if Cart.objects.filter(pk=ctx.cart_id, state=Cart.State.CHECKING_OUT, checkout_key=ctx.checkout_key).count() == 0:
+        return f"cart {ctx.cart_id} was not locked by this checkout"
     outcome = kernel.apply((Cart, ctx.cart_id), "checkout_unwound", f"unwind:{ctx.checkout_key}", {},
                            actor=ctx.actor, reason="checkout compensation")
     return f"cart {ctx.cart_id} back to {outcome.state} ({outcome.result})"
@@ -158,6 +160,8 @@ def create_order(ctx: CheckoutContext) -> None:
 
 
 def unwind_order(ctx: CheckoutContext) -> str:
+    if ctx.order is None:
+        return "no order was created"
     report = ctx.extra.get("report_so_far", [])
     outcome = kernel.apply(ctx.order, "checkout_unwound", "checkout-unwound", {"report": report},
                            actor=ctx.actor, reason="checkout compensation")
@@ -180,6 +184,8 @@ def start_payment(ctx: CheckoutContext) -> None:
 def void_payment(ctx: CheckoutContext) -> str:
     from ..models.order import void_key
 
+    if ctx.attempt is None:
+        return "no payment attempt was started"
     answer = get_port().request_void(order_id=ctx.order.pk, attempt_ref=ctx.attempt.attempt_ref,
                                      idempotency_key=void_key(ctx.attempt.attempt_ref))
     return f"void of {ctx.attempt.attempt_ref}: {answer}"
@@ -216,7 +222,9 @@ def checkout_place(*, cart_id: int, checkout_key: str, actor: str, steps: StepRe
         try:
             step.run(ctx)
         except Exception as exc:  # noqa: BLE001 - any failure of a step unwinds the saga
-            report = _compensate(ctx, completed)
+            # The failing step may have acquired part of its resource before failing: its own
+            # compensation runs first (compensations tolerate having nothing to undo).
+            report = _compensate(ctx, [*completed, step])
             if isinstance(exc, PASS_THROUGH) or (isinstance(exc, LedgerflowError) and not report):
                 if report:
                     exc.details = {**exc.details, "compensation": report}
