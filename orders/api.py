@@ -90,7 +90,7 @@ class CartItemAddApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         cart = cart_add_item(cart_id=cart_id, actor=actor_for(request), **data.validated_data)
-        cart.refresh_from_db()
+        cart = Cart.objects.get(pk=cart.pk)  # not refresh_from_db: django-fsm's refresh is not thread-safe
         return Response(CartOut(cart).data, status=201)
 
 
@@ -158,7 +158,7 @@ class CheckoutApi(APIView):
             key = request.headers.get("Idempotency-Key") or default_key
             order = checkout_place(cart_id=cart_id, checkout_key=f"{actor_for(request)}|{key}"[:255],
                                    actor=actor_for(request))
-            order.refresh_from_db()
+            order = type(order).objects.get(pk=order.pk)  # a fresh read (refresh_from_db is not thread-safe)
             return Response(order_body(order), status=201, headers={"Location": f"/api/v1/orders/{order.pk}"})
 
         return run_idempotent(request, scope="orders.checkout", command=command, default_key=default_key)

@@ -6,4 +6,9 @@ class OrdersConfig(AppConfig):
     name = "orders"
 
     def ready(self) -> None:
+        from payments import hooks
+
         from . import effects  # noqa: F401  (outbox handlers)
+        from .payments_adapter import OWNER_TYPE, order_on_payment_fact
+
+        hooks.subscribe(OWNER_TYPE, order_on_payment_fact)

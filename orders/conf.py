@@ -28,7 +28,7 @@ DEFAULTS = {
     # Captures at or above this amount (minor units) always go to manual_review during cancellation.
     "ORDERS_HIGH_VALUE_MINOR_UNITS": 100_000,
     # Dotted path of the PaymentPort implementation (orders.payment_port).
-    "ORDERS_PAYMENT_PORT": "orders.payment_port.SimulatedPaymentPort",
+    "ORDERS_PAYMENT_PORT": "orders.payments_adapter.PaymentsAppPort",
 }
 
 

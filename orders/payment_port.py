@@ -61,6 +61,10 @@ class PaymentPort(Protocol):
     def attempt_status(self, *, attempt_ref: str) -> AttemptStatus:
         """Ask the provider (not our records) what became of the attempt."""
 
+    def retry_refund(self, *, order_id: int, refund_key: str, actor: str, reason: str,
+                     dry_run: bool = False) -> kernel.Outcome:
+        """Operator repair: try a failed refund again (answers the outcome of that repair)."""
+
 
 def get_port() -> PaymentPort:
     path = conf.get("ORDERS_PAYMENT_PORT")
@@ -197,6 +201,26 @@ class SimulatedPaymentPort:
             self.crash_after_refund = False
             raise ConnectionError("worker lost the provider's answer after the refund was made")
         return answer
+
+    def retry_refund(self, *, order_id: int, refund_key: str, actor: str, reason: str,
+                     dry_run: bool = False) -> kernel.Outcome:
+        from .models import Order
+
+        order = Order.objects.get(pk=order_id)
+        if dry_run:
+            return kernel.apply(order, "refund_succeeded", "retry-preview", {"refund_key": refund_key,
+                                "amount": order.captured_amount, "refund_ref": ""}, actor=actor, reason=reason,
+                                dry_run=True)
+        with self._lock:
+            self.refund_calls += 1
+            ref = f"re_sim_{len(self.refunds) + 1}"
+            self.refunds[ref] = {"capture_ref": order.capture_ref, "amount": order.captured_amount,
+                                 "status": self.refund_outcome}
+            status = self.refund_outcome
+        fact = "refund_succeeded" if status == "succeeded" else "refund_failed"
+        return payment_fact(order_id=order_id, fact=fact, refund_key=refund_key, amount=order.captured_amount,
+                            refund_ref=ref, error="declined again", actor=actor,
+                            identity=f"refund:{refund_key}:{ref}:{status}")
 
     def attempt_status(self, *, attempt_ref: str) -> AttemptStatus:
         with self._lock:

@@ -309,9 +309,11 @@ class Order(StateMachine):
         self.refunded_amount = _int(ctx.payload.get("amount"))
         self._promise_release(ctx)
 
-    @transition(field=state, source=S.REFUND_PENDING, target=S.MANUAL_REVIEW, conditions=[refund_is_current])
+    @transition(field=state, source=S.REFUND_PENDING, target=S.REFUND_PENDING, conditions=[refund_is_current])
     def refund_failed(self, ctx):
-        self.review_reason = f"refund {self.refund_key} failed: {ctx.payload.get('error', 'no reason given')}"
+        """The buyer is still owed the money: the order keeps waiting and operators are flagged to retry
+        the refund (payments' refund retry, with actor and reason); its success then cancels the order."""
+        self.attention = f"refund {self.refund_key} failed: {ctx.payload.get('error', 'no reason given')}; retry it"
 
     @transition(field=state, source=S.REFUND_PENDING, target=S.REFUND_PENDING)
     def refund_overdue(self, ctx):

@@ -168,7 +168,10 @@ def unwind_order(ctx: CheckoutContext) -> str:
     return f"order {ctx.order.pk} → {outcome.state} ({outcome.result})"
 
 
+@transaction.atomic
 def start_payment(ctx: CheckoutContext) -> None:
+    # One transaction: with the payments app both the attempt (and its promised provider call) and the
+    # order's pointer to it commit together, or neither does.
     port = get_port()
     ctx.attempt = port.start_attempt(order_id=ctx.order.pk, amount=ctx.total_amount, currency=ctx.currency,
                                      idempotency_key=f"{ctx.checkout_key}:attempt-1")

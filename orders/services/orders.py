@@ -63,15 +63,25 @@ def order_resolve_review(*, order_id: int, decision: str, actor: str, reason: st
 
 
 def order_retry_refund(*, order_id: int, actor: str, reason: str, dry_run: bool = False) -> kernel.Outcome:
-    """Operator retry of an exhausted refund: its outbox promise is requeued with the SAME key (the
-    provider sees the same idempotency key, so a refund that did happen is not repeated)."""
+    """Operator retry of a refund that did not complete. Needs an actor and a reason.
+
+    * The order's refund promise is dead (automatic delivery retries exhausted, outcome unknown):
+      requeue it with the SAME key, so a refund that did happen at the provider is not repeated.
+    * Otherwise the refund itself failed: ask the payment side to try again (a failed refund moved
+      no money); its success reaches the order as ``refund_succeeded``.
+    """
     from workflow.outbox import outbox_requeue
 
     order = _order(order_id)
-    if not order.refund_key:
-        raise StateTransitionRejected(f"order {order_id} has no refund to retry")
+    if order.state != Order.State.REFUND_PENDING or not order.refund_key:
+        raise StateTransitionRejected(f"order {order_id} is {order.state}: there is no refund to retry")
+    if not actor or actor == "system" or not (reason or "").strip():
+        raise ValidationFailed("retrying a refund is a repair: it needs an actor and a reason",
+                               details={"field": "reason"})
     item = OutboxItem.objects.filter(effect_key=order.refund_key).first()
-    if item is None or item.state != OutboxItem.State.DEAD:
-        raise StateTransitionRejected(f"the refund {order.refund_key} is not exhausted",
-                                      details={"outbox_state": item.state if item else None})
-    return outbox_requeue(item_id=item.pk, actor=actor, reason=reason, dry_run=dry_run)
+    if item is not None and item.state == OutboxItem.State.DEAD:
+        return outbox_requeue(item_id=item.pk, actor=actor, reason=reason, dry_run=dry_run)
+    if item is not None and item.state != OutboxItem.State.DELIVERED:
+        raise StateTransitionRejected(f"the refund {order.refund_key} is still being delivered ({item.state})")
+    return get_port().retry_refund(order_id=order.pk, refund_key=order.refund_key, actor=actor, reason=reason,
+                                   dry_run=dry_run)

@@ -11,8 +11,10 @@ from workflow import outbox
 
 
 @pytest.fixture(autouse=True)
-def port():
-    """The in-process provider double (the sandbox over HTTP replaces it once payments lands)."""
+def port(settings):
+    """The in-process provider double, for tests of the order protocol itself. Tests that request
+    ``payments_port`` run against the payments app and the sandbox provider over HTTP instead."""
+    settings.ORDERS_PAYMENT_PORT = "orders.payment_port.SimulatedPaymentPort"
     sim = SimulatedPaymentPort.instance()
     sim.reset()
     yield sim
