@@ -7,6 +7,7 @@ import pytest
 from orders.models import Order
 from orders.payment_port import SimulatedPaymentPort, payment_fact
 from orders.services import cart_add_item, cart_create, checkout_place, product_create
+from tests.sandbox_provider import sandbox, sandbox_process  # noqa: F401
 from workflow import outbox
 
 
