@@ -27,6 +27,7 @@ run: venv
 
 test: venv system-deps
 	DATABASE_URL="$(TEST_DATABASE_URL)" CELERY_BROKER_URL="$${CELERY_BROKER_URL:-redis://127.0.0.1:6379/15}" \
+		CELERY_TASK_DEFAULT_QUEUE="ledgerflow-test-$(DB_TAG)" \
 		$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: venv

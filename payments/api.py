@@ -12,8 +12,10 @@ from . import selectors, webhooks
 
 
 class WebhookAnswerSerializer(serializers.Serializer):
-    result = serializers.CharField(help_text="applied | already_applied | stale | illegal | conflict | "
-                                             "needs_review | ignored (not about a local attempt or refund)")
+    result = serializers.CharField(
+        help_text="applied | already_applied | stale | illegal | conflict | "
+        "needs_review | ignored (not about a local attempt or refund)"
+    )
     state = serializers.CharField(allow_null=True)
     version = serializers.IntegerField(allow_null=True)
     transition_id = serializers.IntegerField(allow_null=True)
@@ -22,7 +24,9 @@ class WebhookAnswerSerializer(serializers.Serializer):
     event_id = serializers.CharField()
     aggregate_type = serializers.CharField(allow_blank=True)
     aggregate_id = serializers.IntegerField(allow_null=True)
-    related = serializers.ListField(child=serializers.DictField(), help_text="what subscribers (orders) answered")
+    related = serializers.ListField(
+        child=serializers.DictField(), help_text="what subscribers (orders) answered"
+    )
 
 
 class ProviderWebhookApi(APIView):
@@ -33,16 +37,22 @@ class ProviderWebhookApi(APIView):
 
     @extend_schema(
         operation_id="payments_webhook_receive",
-        request=inline_serializer("ProviderEvent", {"id": serializers.CharField(), "type": serializers.CharField(),
-                                                    "data": serializers.DictField()}),
-        responses={200: WebhookAnswerSerializer, 400: OpenApiResponse(description="E_VALIDATION: malformed"),
-                   401: OpenApiResponse(description="E_SIGNATURE: bad, missing or expired signature")},
+        request=inline_serializer(
+            "ProviderEvent",
+            {"id": serializers.CharField(), "type": serializers.CharField(), "data": serializers.DictField()},
+        ),
+        responses={
+            200: WebhookAnswerSerializer,
+            400: OpenApiResponse(description="E_VALIDATION: malformed"),
+            401: OpenApiResponse(description="E_SIGNATURE: bad, missing or expired signature"),
+        },
     )
     def post(self, request, provider: str):
         # Read the raw body before anything parses it: the signature covers the exact bytes.
         raw = request.body
-        answer = webhooks.provider_event_receive(provider=provider, raw_body=raw,
-                                                 signature_header=request.headers.get("Stripe-Signature"))
+        answer = webhooks.provider_event_receive(
+            provider=provider, raw_body=raw, signature_header=request.headers.get("Stripe-Signature")
+        )
         return Response(WebhookAnswerSerializer(answer).data, status=200)
 
 
@@ -88,7 +98,9 @@ class PaymentAttemptDetailApi(APIView):
 
     @extend_schema(operation_id="payment_attempt_read", responses={200: PaymentAttemptOutputSerializer})
     def get(self, request, attempt_id: int):
-        return Response(PaymentAttemptOutputSerializer(selectors.payment_attempt_get(attempt_id=attempt_id)).data)
+        return Response(
+            PaymentAttemptOutputSerializer(selectors.payment_attempt_get(attempt_id=attempt_id)).data
+        )
 
 
 class RefundDetailApi(APIView):

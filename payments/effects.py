@@ -47,15 +47,21 @@ def _summary(outcome) -> dict:
 
 
 def attempt_metadata(attempt: PaymentAttempt) -> dict[str, str]:
-    return {"ledgerflow_attempt": str(attempt.public_id), "owner": f"{attempt.owner_type}:{attempt.owner_id}",
-            "sequence": str(attempt.sequence)}
+    return {
+        "ledgerflow_attempt": str(attempt.public_id),
+        "owner": f"{attempt.owner_type}:{attempt.owner_id}",
+        "sequence": str(attempt.sequence),
+    }
 
 
 def create_intent_call(attempt: PaymentAttempt) -> IntentResult:
     """The create call, always with the same parameters and key, so a repeat is a replay at the provider."""
     return get_provider().create_intent(
-        amount=attempt.amount, currency=attempt.currency, idempotency_key=attempt.effect_key("create"),
-        metadata=attempt_metadata(attempt), payment_method=attempt.payment_method or None,
+        amount=attempt.amount,
+        currency=attempt.currency,
+        idempotency_key=attempt.effect_key("create"),
+        metadata=attempt_metadata(attempt),
+        payment_method=attempt.payment_method or None,
     )
 
 
@@ -64,17 +70,25 @@ def _record_create_answer(attempt: PaymentAttempt, call) -> dict:
         intent = call()
     except PaymentDeclined as declined:
         if declined.intent is not None:
-            outcome, _ = services.payment_attempt_record_intent(attempt_id=attempt.pk, intent=declined.intent,
-                                                                actor=ACTOR)
+            outcome, _ = services.payment_attempt_record_intent(
+                attempt_id=attempt.pk, intent=declined.intent, actor=ACTOR
+            )
         else:
             outcome, _ = services.payment_attempt_record_refusal(
-                attempt_id=attempt.pk, identity=f"{attempt.effect_key('create')}:declined",
-                error=declined.message, decline_code=declined.decline_code or "", actor=ACTOR)
+                attempt_id=attempt.pk,
+                identity=f"{attempt.effect_key('create')}:declined",
+                error=declined.message,
+                decline_code=declined.decline_code or "",
+                actor=ACTOR,
+            )
         return {"declined": declined.decline_code, **_summary(outcome)}
     except PermanentProviderError as refused:
         outcome, _ = services.payment_attempt_record_refusal(
-            attempt_id=attempt.pk, identity=f"{attempt.effect_key('create')}:refused",
-            error=f"{refused.code or ''} {refused.message}".strip(), actor=ACTOR)
+            attempt_id=attempt.pk,
+            identity=f"{attempt.effect_key('create')}:refused",
+            error=f"{refused.code or ''} {refused.message}".strip(),
+            actor=ACTOR,
+        )
         return {"refused": refused.code, **_summary(outcome)}
     outcome, _ = services.payment_attempt_record_intent(attempt_id=attempt.pk, intent=intent, actor=ACTOR)
     return {"intent_id": intent.intent_id, "status": intent.status, **_summary(outcome)}
@@ -86,8 +100,9 @@ def create_intent(item: OutboxItem) -> dict:
     try:
         return _record_create_answer(attempt, lambda: create_intent_call(attempt))
     except OutcomeUnknown as unknown:
-        outcome = services.payment_attempt_record_unknown(attempt_id=attempt.pk, operation="create",
-                                                          error=unknown.message, actor=ACTOR)
+        outcome = services.payment_attempt_record_unknown(
+            attempt_id=attempt.pk, operation="create", error=unknown.message, actor=ACTOR
+        )
         return {"unknown": unknown.message, **_summary(outcome)}
 
 
@@ -106,7 +121,9 @@ def _intent_id_for(attempt: PaymentAttempt) -> str:
 
 
 def _record_intent(attempt: PaymentAttempt, intent: IntentResult) -> dict:
-    outcome, related = services.payment_attempt_record_intent(attempt_id=attempt.pk, intent=intent, actor=ACTOR)
+    outcome, related = services.payment_attempt_record_intent(
+        attempt_id=attempt.pk, intent=intent, actor=ACTOR
+    )
     return {"intent_id": intent.intent_id, "status": intent.status, **_summary(outcome)}
 
 
@@ -120,8 +137,9 @@ def capture_intent(item: OutboxItem) -> dict:
         # Not capturable any more (already captured, or cancelled): record what the provider holds.
         intent = unexpected.intent or provider.retrieve_intent(_intent_id_for(attempt))
     except OutcomeUnknown as unknown:
-        outcome = services.payment_attempt_record_unknown(attempt_id=attempt.pk, operation="capture",
-                                                          error=unknown.message, actor=ACTOR)
+        outcome = services.payment_attempt_record_unknown(
+            attempt_id=attempt.pk, operation="capture", error=unknown.message, actor=ACTOR
+        )
         return {"unknown": unknown.message, **_summary(outcome)}
     except PermanentProviderError as refused:
         raise PermanentEffectError(f"capture refused: {refused.code} {refused.message}")
@@ -137,14 +155,18 @@ def cancel_intent(item: OutboxItem) -> dict:
     except PermanentEffectError:
         return {"result": "nothing to void: the attempt never got an intent"}
     try:
-        intent = provider.cancel_intent(intent_id, idempotency_key=_key(item), reason="abandoned"
-                                        if not attempt.is_current else "requested_by_customer")
+        intent = provider.cancel_intent(
+            intent_id,
+            idempotency_key=_key(item),
+            reason="abandoned" if not attempt.is_current else "requested_by_customer",
+        )
     except UnexpectedProviderState as unexpected:
         # The seed's race: a capture reached the provider before our void. Record the capture.
         intent = unexpected.intent or provider.retrieve_intent(intent_id)
     except OutcomeUnknown as unknown:
-        outcome = services.payment_attempt_record_unknown(attempt_id=attempt.pk, operation="void",
-                                                          error=unknown.message, actor=ACTOR)
+        outcome = services.payment_attempt_record_unknown(
+            attempt_id=attempt.pk, operation="void", error=unknown.message, actor=ACTOR
+        )
         return {"unknown": unknown.message, **_summary(outcome)}
     except PermanentProviderError as refused:
         raise PermanentEffectError(f"void refused: {refused.code} {refused.message}")
@@ -166,26 +188,39 @@ def query_attempt(item: OutboxItem) -> dict:
         raise RetryableEffectError(f"provider query failed: {unknown.message}")
     if intent.observation == "requested":
         raise RetryableEffectError(f"the provider is still processing {intent.intent_id} ({intent.status})")
+    if intent.observation == "authorized" and attempt.pending_operation in ("capture", "void"):
+        outcome = services.payment_attempt_record_not_performed(
+            attempt_id=attempt.pk, intent=intent, actor=ACTOR
+        )
+        return {"intent_id": intent.intent_id, "status": intent.status, **_summary(outcome)}
     return _record_intent(attempt, intent)
 
 
 # --- refunds ------------------------------------------------------------------------------------
 def refund_metadata(refund: Refund) -> dict[str, str]:
-    return {"ledgerflow_refund": str(refund.public_id), "refund_key": refund.refund_key, "try": str(refund.tries)}
+    return {
+        "ledgerflow_refund": str(refund.public_id),
+        "refund_key": refund.refund_key,
+        "try": str(refund.tries),
+    }
 
 
 def create_refund_call(refund: Refund) -> RefundResult:
     return get_provider().create_refund(
-        intent_id=refund.attempt.provider_intent_id, idempotency_key=refund.effect_key(), amount=refund.amount,
-        metadata=refund_metadata(refund))
+        intent_id=refund.attempt.provider_intent_id,
+        idempotency_key=refund.effect_key(),
+        amount=refund.amount,
+        metadata=refund_metadata(refund),
+    )
 
 
 def _record_refund_answer(refund: Refund, call) -> dict:
     try:
         result = call()
     except PermanentProviderError as refused:
-        outcome, _ = services.refund_record_refusal(refund_id=refund.pk, actor=ACTOR,
-                                                    error=f"{refused.code or ''} {refused.message}".strip())
+        outcome, _ = services.refund_record_refusal(
+            refund_id=refund.pk, actor=ACTOR, error=f"{refused.code or ''} {refused.message}".strip()
+        )
         return {"refused": refused.code, **_summary(outcome)}
     outcome, _ = services.refund_record_result(refund_id=refund.pk, result=result, actor=ACTOR)
     return {"refund_id": result.refund_id, "status": result.status, **_summary(outcome)}
@@ -211,9 +246,12 @@ def query_refund(item: OutboxItem) -> dict:
     if refund.state != Refund.State.UNKNOWN:
         return {"result": f"nothing to resolve: the refund is {refund.state}"}
     try:
-        found = [r for r in get_provider().list_refunds(intent_id=refund.attempt.provider_intent_id)
-                 if r.metadata.get("ledgerflow_refund") == str(refund.public_id)
-                 and r.metadata.get("try", "1") == str(refund.tries)]
+        found = [
+            r
+            for r in get_provider().list_refunds(intent_id=refund.attempt.provider_intent_id)
+            if r.metadata.get("ledgerflow_refund") == str(refund.public_id)
+            and r.metadata.get("try", "1") == str(refund.tries)
+        ]
         if found:
             return _record_refund_answer(refund, lambda: found[0])
         return _record_refund_answer(refund, lambda: create_refund_call(refund))

@@ -29,8 +29,12 @@ def intent_fact(intent: IntentResult) -> Fact | None:
     if event is None:
         return None
     amount = intent.amount_received if event == "captured" else intent.amount
-    payload: dict[str, Any] = {"intent_id": intent.intent_id, "status": intent.status, "amount": amount,
-                               "currency": intent.currency}
+    payload: dict[str, Any] = {
+        "intent_id": intent.intent_id,
+        "status": intent.status,
+        "amount": amount,
+        "currency": intent.currency,
+    }
     if event == "failed":
         payload["decline_code"] = intent.last_error_code or ""
     return Fact(event, f"{intent.intent_id}:{intent.status}", payload)
@@ -40,8 +44,12 @@ def refund_fact(refund: RefundResult) -> Fact | None:
     event = REFUND_EVENTS.get(refund.status)
     if event is None:
         return None
-    payload: dict[str, Any] = {"refund_id": refund.refund_id, "status": refund.status, "amount": refund.amount,
-                               "currency": refund.currency}
+    payload: dict[str, Any] = {
+        "refund_id": refund.refund_id,
+        "status": refund.status,
+        "amount": refund.amount,
+        "currency": refund.currency,
+    }
     if event == "failed":
         payload["failure_reason"] = refund.failure_reason or refund.status
     return Fact(event, f"{refund.refund_id}:{refund.status}", payload)

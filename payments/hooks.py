@@ -31,7 +31,9 @@ from workflow.kernel import Outcome
 class PaymentFact:
     kind: str  # "attempt" | "refund"
     fact: str  # the event applied: authorized | captured | voided | failed | pending | succeeded | ...
-    identity: str  # the provider fact's identity, e.g. "pi_123:succeeded" (stable across webhook/effect/query)
+    identity: (
+        str  # the provider fact's identity, e.g. "pi_123:succeeded" (stable across webhook/effect/query)
+    )
     result: str  # the payments machine's outcome: applied | needs_review | stale
     state: str  # the payments aggregate's state after classification
     attempt_id: int
@@ -54,8 +56,11 @@ _subscribers: dict[str, list[Subscriber]] = {}
 def subscribe(owner_type: str, subscriber: Subscriber) -> Subscriber:
     """Register ``subscriber`` for facts about attempts owned by ``owner_type`` (idempotent)."""
     registered = _subscribers.setdefault(owner_type, [])
-    if all(getattr(s, "__qualname__", s) != getattr(subscriber, "__qualname__", subscriber)
-           or getattr(s, "__module__", None) != getattr(subscriber, "__module__", None) for s in registered):
+    if all(
+        getattr(s, "__qualname__", s) != getattr(subscriber, "__qualname__", subscriber)
+        or getattr(s, "__module__", None) != getattr(subscriber, "__module__", None)
+        for s in registered
+    ):
         registered.append(subscriber)
     return subscriber
 
@@ -71,6 +76,7 @@ def publish(fact: PaymentFact) -> list[dict[str, Any]]:
     for subscriber in list(_subscribers.get(fact.owner_type, [])):
         outcome = subscriber(fact)
         if outcome is not None:
-            answers.append({"subscriber": f"{subscriber.__module__}.{subscriber.__qualname__}",
-                            **outcome.as_dict()})
+            answers.append(
+                {"subscriber": f"{subscriber.__module__}.{subscriber.__qualname__}", **outcome.as_dict()}
+            )
     return answers

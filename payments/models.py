@@ -11,6 +11,7 @@ response, a webhook, a query, reconciliation), so the same fact is applied once 
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from django.db import models
 from django.db.models import Q
@@ -29,6 +30,8 @@ EFFECT_QUERY_ATTEMPT = "payments.query_attempt"
 EFFECT_CREATE_REFUND = "payments.create_refund"
 EFFECT_QUERY_REFUND = "payments.query_refund"
 
+# An unknown outcome is queried after a short pause (the provider may still be working on the call).
+QUERY_DELAY = timedelta(seconds=5)
 LATE_EVIDENCE = {"late_evidence": True}  # a rule that only classifies older provider news as ``stale``
 
 
@@ -40,8 +43,10 @@ def attempt_is_current(attempt: PaymentAttempt, ctx) -> bool:
 
 @guard(result="needs_review", detail="the provider's amount or currency differs from the attempt's")
 def attempt_amount_matches(attempt: PaymentAttempt, ctx) -> bool:
-    return (int(ctx.payload.get("amount", -1)) == attempt.amount
-            and str(ctx.payload.get("currency", "")).lower() == attempt.currency)
+    return (
+        int(ctx.payload.get("amount", -1)) == attempt.amount
+        and str(ctx.payload.get("currency", "")).lower() == attempt.currency
+    )
 
 
 @guard(result="needs_review", detail="the event names a different provider intent than the attempt holds")
@@ -52,8 +57,10 @@ def attempt_intent_matches(attempt: PaymentAttempt, ctx) -> bool:
 
 @guard(result="needs_review", detail="the provider's refund amount or currency differs from the refund's")
 def refund_amount_matches(refund: Refund, ctx) -> bool:
-    return (int(ctx.payload.get("amount", -1)) == refund.amount
-            and str(ctx.payload.get("currency", "")).lower() == refund.currency)
+    return (
+        int(ctx.payload.get("amount", -1)) == refund.amount
+        and str(ctx.payload.get("currency", "")).lower() == refund.currency
+    )
 
 
 @guard(result="needs_review", detail="the event names a different provider refund than the refund holds")
@@ -80,14 +87,23 @@ class PaymentAttempt(StateMachine):
     MACHINE_NAME = "payment_attempt"
     TERMINAL_STATES = frozenset({State.CAPTURED, State.VOIDED, State.FAILED})
     WAIT_POLICIES = {
-        State.REQUESTED: WaitPolicy(escalate_after_seconds=900, owner="payments",
-                                    note="the create effect (or its webhook) answers; stuck means provider trouble"),
-        State.AUTHORIZED: WaitPolicy(escalate_after_seconds=6 * 86400, owner="orders",
-                                     note="an authorization expires after 7 days at Stripe: capture or void it"),
+        State.REQUESTED: WaitPolicy(
+            escalate_after_seconds=900,
+            owner="payments",
+            note="the create effect (or its webhook) answers; stuck means provider trouble",
+        ),
+        State.AUTHORIZED: WaitPolicy(
+            escalate_after_seconds=6 * 86400,
+            owner="orders",
+            note="an authorization expires after 7 days at Stripe: capture or void it",
+        ),
         State.CAPTURE_PENDING: WaitPolicy(escalate_after_seconds=900, owner="payments"),
         State.VOID_PENDING: WaitPolicy(escalate_after_seconds=900, owner="payments"),
-        State.UNKNOWN: WaitPolicy(escalate_after_seconds=1800, owner="payments",
-                                  note="a provider query is promised; still unknown after 30 minutes: operators"),
+        State.UNKNOWN: WaitPolicy(
+            escalate_after_seconds=1800,
+            owner="payments",
+            note="a provider query is promised; still unknown after 30 minutes: operators",
+        ),
         State.MANUAL_REVIEW: WaitPolicy(escalate_after_seconds=0, owner="operators"),
     }
     REVIEW_EVENT = "route_to_review"
@@ -104,8 +120,9 @@ class PaymentAttempt(StateMachine):
     provider = models.CharField(max_length=32, default="stripe")
     provider_intent_id = models.CharField(max_length=255, blank=True, default="")
     provider_status = models.CharField(max_length=32, blank=True, default="")
-    pending_operation = models.CharField(max_length=16, blank=True, default="",
-                                         help_text="create|capture|void whose outcome is unknown")
+    pending_operation = models.CharField(
+        max_length=16, blank=True, default="", help_text="create|capture|void whose outcome is unknown"
+    )
     captured_amount = models.PositiveBigIntegerField(null=True, blank=True)
     decline_code = models.CharField(max_length=64, blank=True, default="")
     last_error = models.TextField(blank=True, default="")
@@ -113,9 +130,14 @@ class PaymentAttempt(StateMachine):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["owner_type", "owner_id", "sequence"], name="payment_attempt_sequence"),
-            models.UniqueConstraint(fields=["provider_intent_id"], condition=~Q(provider_intent_id=""),
-                                    name="payment_attempt_intent_once"),
+            models.UniqueConstraint(
+                fields=["owner_type", "owner_id", "sequence"], name="payment_attempt_sequence"
+            ),
+            models.UniqueConstraint(
+                fields=["provider_intent_id"],
+                condition=~Q(provider_intent_id=""),
+                name="payment_attempt_intent_once",
+            ),
         ]
         indexes = [models.Index(fields=["state", "entered_state_at"], name="payment_attempt_state_age")]
 
@@ -136,9 +158,12 @@ class PaymentAttempt(StateMachine):
         return {"attempt_id": self.pk, "operation": operation, "idempotency_key": self.effect_key(operation)}
 
     # --- provider facts -------------------------------------------------------------------------
-    @transition(field=state, source=[State.REQUESTED, State.UNKNOWN, State.VOID_PENDING],
-                target=RETURN_VALUE(State.AUTHORIZED, State.CAPTURE_PENDING, State.VOID_PENDING),
-                conditions=[attempt_is_current, attempt_intent_matches, attempt_amount_matches])
+    @transition(
+        field=state,
+        source=[State.REQUESTED, State.UNKNOWN, State.VOID_PENDING],
+        target=RETURN_VALUE(State.AUTHORIZED, State.VOID_PENDING),
+        conditions=[attempt_is_current, attempt_intent_matches, attempt_amount_matches],
+    )
     @transition(field=state, source=[State.CAPTURED, State.VOIDED], target=None, custom=LATE_EVIDENCE)
     def authorized(self, ctx):
         """The provider holds the funds (PaymentIntent ``requires_capture``)."""
@@ -147,38 +172,68 @@ class PaymentAttempt(StateMachine):
         self._observe(ctx)
         if self.state == self.State.VOID_PENDING:
             return self.State.VOID_PENDING
-        if self.state == self.State.UNKNOWN and self.pending_operation in ("capture", "void"):
-            # The query shows the capture/void did not happen: promise it again under the SAME provider
-            # key (if it did happen meanwhile, the provider replays it instead of acting twice).
-            operation, self.pending_operation = self.pending_operation, ""
-            effect = EFFECT_CAPTURE_INTENT if operation == "capture" else EFFECT_CANCEL_INTENT
-            ctx.emit(effect, key=f"{self.effect_key(operation)}:after-v{self.state_version}",
-                     payload=self._call_payload(operation))
-            return self.State.CAPTURE_PENDING if operation == "capture" else self.State.VOID_PENDING
         self.pending_operation = ""
         return self.State.AUTHORIZED
 
-    @transition(field=state, source=[State.REQUESTED, State.AUTHORIZED, State.CAPTURE_PENDING,
-                                     State.VOID_PENDING, State.UNKNOWN], target=State.CAPTURED,
-                conditions=[attempt_is_current, attempt_intent_matches, attempt_amount_matches])
+    @transition(
+        field=state,
+        source=State.UNKNOWN,
+        target=RETURN_VALUE(State.AUTHORIZED, State.CAPTURE_PENDING, State.VOID_PENDING),
+        conditions=[attempt_intent_matches, attempt_amount_matches],
+    )
+    def not_performed(self, ctx):
+        """A query shows the unknown capture/void did not happen (the intent is still authorized).
+
+        It is promised again under the SAME provider key: if the first call lands late after all, the
+        provider replays it instead of acting twice.
+        """
+        self._observe(ctx)
+        operation, self.pending_operation = self.pending_operation, ""
+        if operation not in ("capture", "void"):
+            return self.State.AUTHORIZED
+        effect = EFFECT_CAPTURE_INTENT if operation == "capture" else EFFECT_CANCEL_INTENT
+        ctx.emit(
+            effect,
+            key=f"{self.effect_key(operation)}:after-v{self.state_version}",
+            payload=self._call_payload(operation),
+        )
+        return self.State.CAPTURE_PENDING if operation == "capture" else self.State.VOID_PENDING
+
+    @transition(
+        field=state,
+        source=[State.REQUESTED, State.AUTHORIZED, State.CAPTURE_PENDING, State.VOID_PENDING, State.UNKNOWN],
+        target=State.CAPTURED,
+        conditions=[attempt_is_current, attempt_intent_matches, attempt_amount_matches],
+    )
     def captured(self, ctx):
         """The provider captured the funds (PaymentIntent ``succeeded``)."""
         self._observe(ctx)
         self.captured_amount = int(ctx.payload["amount"])
         self.pending_operation = ""
 
-    @transition(field=state, source=[State.REQUESTED, State.AUTHORIZED, State.CAPTURE_PENDING,
-                                     State.VOID_PENDING, State.UNKNOWN], target=State.VOIDED,
-                conditions=[attempt_intent_matches])
+    @transition(
+        field=state,
+        source=[State.REQUESTED, State.AUTHORIZED, State.CAPTURE_PENDING, State.VOID_PENDING, State.UNKNOWN],
+        target=State.VOIDED,
+        conditions=[attempt_intent_matches],
+    )
     def voided(self, ctx):
         """The provider cancelled the intent; no money moves (PaymentIntent ``canceled``)."""
         self._observe(ctx)
         self.pending_operation = ""
 
-    @transition(field=state, source=[State.REQUESTED, State.UNKNOWN], target=State.FAILED,
-                conditions=[attempt_intent_matches])
-    @transition(field=state, source=[State.AUTHORIZED, State.CAPTURE_PENDING, State.CAPTURED, State.VOIDED],
-                target=None, custom=LATE_EVIDENCE)
+    @transition(
+        field=state,
+        source=[State.REQUESTED, State.UNKNOWN],
+        target=State.FAILED,
+        conditions=[attempt_intent_matches],
+    )
+    @transition(
+        field=state,
+        source=[State.AUTHORIZED, State.CAPTURE_PENDING, State.CAPTURED, State.VOIDED],
+        target=None,
+        custom=LATE_EVIDENCE,
+    )
     def failed(self, ctx):
         """Declined, or refused by the provider (PaymentIntent back to ``requires_payment_method``)."""
         if self.state not in (self.State.REQUESTED, self.State.UNKNOWN):
@@ -188,56 +243,79 @@ class PaymentAttempt(StateMachine):
         self.last_error = str(ctx.payload.get("error") or "")
         self.pending_operation = ""
 
-    @transition(field=state, source=[State.REQUESTED, State.CAPTURE_PENDING, State.VOID_PENDING],
-                target=State.UNKNOWN)
+    @transition(
+        field=state, source=[State.REQUESTED, State.CAPTURE_PENDING, State.VOID_PENDING], target=State.UNKNOWN
+    )
     def outcome_unknown(self, ctx):
         """A provider call timed out or lost its answer: ask the provider, never resend blindly."""
         self.pending_operation = ctx.payload["operation"]
         self.last_error = str(ctx.payload.get("error") or "")
-        ctx.emit(EFFECT_QUERY_ATTEMPT, key=f"{self.effect_key('query')}:v{self.state_version}",
-                 payload={"attempt_id": self.pk, "operation": self.pending_operation})
+        ctx.emit(
+            EFFECT_QUERY_ATTEMPT,
+            key=f"{self.effect_key('query')}:v{self.state_version}",
+            payload={"attempt_id": self.pk, "operation": self.pending_operation},
+            not_before=ctx.now + QUERY_DELAY,
+        )
 
     # --- commands -------------------------------------------------------------------------------
     @transition(field=state, source=State.AUTHORIZED, target=State.CAPTURE_PENDING)
     def capture(self, ctx):
         ctx.emit(EFFECT_CAPTURE_INTENT, key=self.effect_key("capture"), payload=self._call_payload("capture"))
 
-    @transition(field=state, source=[State.REQUESTED, State.AUTHORIZED, State.UNKNOWN], target=State.VOID_PENDING)
+    @transition(
+        field=state, source=[State.REQUESTED, State.AUTHORIZED, State.UNKNOWN], target=State.VOID_PENDING
+    )
     def void(self, ctx):
         ctx.emit(EFFECT_CANCEL_INTENT, key=self.effect_key("void"), payload=self._call_payload("void"))
 
-    @transition(field=state, source=[State.REQUESTED, State.AUTHORIZED, State.UNKNOWN, State.VOID_PENDING],
-                target=State.VOID_PENDING)
+    @transition(
+        field=state,
+        source=[State.REQUESTED, State.AUTHORIZED, State.UNKNOWN, State.VOID_PENDING],
+        target=State.VOID_PENDING,
+    )
     def abandon(self, ctx):
         """A newer attempt replaces this one: it stops being current and its authorization is voided."""
         self.is_current = False
         ctx.emit(EFFECT_CANCEL_INTENT, key=self.effect_key("void"), payload=self._call_payload("void"))
 
     # --- review and repairs ---------------------------------------------------------------------
-    @transition(field=state, source=[State.REQUESTED, State.AUTHORIZED, State.CAPTURE_PENDING,
-                                     State.VOID_PENDING, State.UNKNOWN], target=State.MANUAL_REVIEW)
+    @transition(
+        field=state,
+        source=[State.REQUESTED, State.AUTHORIZED, State.CAPTURE_PENDING, State.VOID_PENDING, State.UNKNOWN],
+        target=State.MANUAL_REVIEW,
+    )
     def route_to_review(self, ctx):
         """Evidence conflicts (amount, currency, intent): an operator looks before anything moves."""
 
-    @transition(field=state, source=State.MANUAL_REVIEW,
-                target=RETURN_VALUE(State.AUTHORIZED, State.CAPTURED, State.VOIDED, State.FAILED),
-                custom={"repair": True})
+    @transition(
+        field=state,
+        source=State.MANUAL_REVIEW,
+        target=RETURN_VALUE(State.AUTHORIZED, State.CAPTURED, State.VOIDED, State.FAILED),
+        custom={"repair": True},
+    )
     def resolve(self, ctx):
         """An operator states what the provider really holds, after looking."""
         decision = ctx.payload.get("decision")
-        targets = {"authorized": self.State.AUTHORIZED, "captured": self.State.CAPTURED,
-                   "voided": self.State.VOIDED, "failed": self.State.FAILED}
+        targets = {
+            "authorized": self.State.AUTHORIZED,
+            "captured": self.State.CAPTURED,
+            "voided": self.State.VOIDED,
+            "failed": self.State.FAILED,
+        }
         if decision not in targets:
             raise ctx.reject("illegal", f"decision must be one of {sorted(targets)}")
         if decision == "captured":
             self.captured_amount = int(ctx.payload.get("amount", self.amount))
         return targets[decision]
 
-    @transition(field=state, source=[State.REQUESTED, State.AUTHORIZED, State.CAPTURE_PENDING,
-                                     State.VOID_PENDING, State.UNKNOWN], target=State.CAPTURED,
-                custom={"repair": True})
+    @transition(
+        field=state,
+        source=[State.REQUESTED, State.AUTHORIZED, State.CAPTURE_PENDING, State.VOID_PENDING, State.UNKNOWN],
+        target=State.CAPTURED,
+        custom={"repair": True},
+    )
     def record_superseded_capture(self, ctx):
-        """Reconciliation repair: the provider captured an attempt we had abandoned (its refund is separate)."""
+        """Reconciliation repair: the provider captured an attempt we had abandoned (refunded separately)."""
         self._observe(ctx)
         self.captured_amount = int(ctx.payload.get("amount", self.amount))
         self.pending_operation = ""
@@ -259,11 +337,17 @@ class Refund(StateMachine):
     TERMINAL_STATES = frozenset({State.SUCCEEDED})
     WAIT_POLICIES = {
         State.REQUESTED: WaitPolicy(escalate_after_seconds=900, owner="payments"),
-        State.PENDING: WaitPolicy(escalate_after_seconds=5 * 86400, owner="provider",
-                                  note="card refunds settle within days; the webhook or reconciliation closes it"),
+        State.PENDING: WaitPolicy(
+            escalate_after_seconds=5 * 86400,
+            owner="provider",
+            note="card refunds settle within days; the webhook or reconciliation closes it",
+        ),
         State.UNKNOWN: WaitPolicy(escalate_after_seconds=1800, owner="payments"),
-        State.FAILED: WaitPolicy(escalate_after_seconds=0, owner="operators",
-                                 note="automatic retries exhausted: an operator retries it with a reason"),
+        State.FAILED: WaitPolicy(
+            escalate_after_seconds=0,
+            owner="operators",
+            note="automatic retries exhausted: an operator retries it with a reason",
+        ),
         State.MANUAL_REVIEW: WaitPolicy(escalate_after_seconds=0, owner="operators"),
     }
     REVIEW_EVENT = "route_to_review"
@@ -283,8 +367,11 @@ class Refund(StateMachine):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["provider_refund_id"], condition=~Q(provider_refund_id=""),
-                                    name="refund_provider_object_once"),
+            models.UniqueConstraint(
+                fields=["provider_refund_id"],
+                condition=~Q(provider_refund_id=""),
+                name="refund_provider_object_once",
+            ),
         ]
         indexes = [models.Index(fields=["state", "entered_state_at"], name="refund_state_age")]
 
@@ -304,21 +391,33 @@ class Refund(StateMachine):
         if ctx.payload.get("status"):
             self.provider_status = ctx.payload["status"]
 
-    @transition(field=state, source=[State.REQUESTED, State.UNKNOWN], target=State.PENDING,
-                conditions=[refund_object_matches, refund_amount_matches])
+    @transition(
+        field=state,
+        source=[State.REQUESTED, State.UNKNOWN],
+        target=State.PENDING,
+        conditions=[refund_object_matches, refund_amount_matches],
+    )
     @transition(field=state, source=[State.SUCCEEDED, State.FAILED], target=None, custom=LATE_EVIDENCE)
     def pending(self, ctx):
         if self.state in (self.State.SUCCEEDED, self.State.FAILED):
             raise ctx.reject("stale", f"'pending' reported after the refund was {self.state}")
         self._observe(ctx)
 
-    @transition(field=state, source=[State.REQUESTED, State.PENDING, State.UNKNOWN], target=State.SUCCEEDED,
-                conditions=[refund_object_matches, refund_amount_matches])
+    @transition(
+        field=state,
+        source=[State.REQUESTED, State.PENDING, State.UNKNOWN],
+        target=State.SUCCEEDED,
+        conditions=[refund_object_matches, refund_amount_matches],
+    )
     def succeeded(self, ctx):
         self._observe(ctx)
 
-    @transition(field=state, source=[State.REQUESTED, State.PENDING, State.UNKNOWN], target=State.FAILED,
-                conditions=[refund_object_matches])
+    @transition(
+        field=state,
+        source=[State.REQUESTED, State.PENDING, State.UNKNOWN],
+        target=State.FAILED,
+        conditions=[refund_object_matches],
+    )
     def failed(self, ctx):
         self._observe(ctx)
         self.failure_reason = str(ctx.payload.get("failure_reason") or ctx.payload.get("error") or "")
@@ -326,8 +425,12 @@ class Refund(StateMachine):
     @transition(field=state, source=State.REQUESTED, target=State.UNKNOWN)
     def outcome_unknown(self, ctx):
         self.failure_reason = str(ctx.payload.get("error") or "")
-        ctx.emit(EFFECT_QUERY_REFUND, key=f"{self.effect_key()}:query:v{self.state_version}",
-                 payload=self._call_payload())
+        ctx.emit(
+            EFFECT_QUERY_REFUND,
+            key=f"{self.effect_key()}:query:v{self.state_version}",
+            payload=self._call_payload(),
+            not_before=ctx.now + QUERY_DELAY,
+        )
 
     @transition(field=state, source=State.FAILED, target=State.REQUESTED, custom={"repair": True})
     def retry(self, ctx):
@@ -338,12 +441,18 @@ class Refund(StateMachine):
         self.failure_reason = ""
         ctx.emit(EFFECT_CREATE_REFUND, key=self.effect_key(), payload=self._call_payload())
 
-    @transition(field=state, source=[State.REQUESTED, State.PENDING, State.UNKNOWN], target=State.MANUAL_REVIEW)
+    @transition(
+        field=state, source=[State.REQUESTED, State.PENDING, State.UNKNOWN], target=State.MANUAL_REVIEW
+    )
     def route_to_review(self, ctx):
         pass
 
-    @transition(field=state, source=State.MANUAL_REVIEW, target=RETURN_VALUE(State.SUCCEEDED, State.FAILED),
-                custom={"repair": True})
+    @transition(
+        field=state,
+        source=State.MANUAL_REVIEW,
+        target=RETURN_VALUE(State.SUCCEEDED, State.FAILED),
+        custom={"repair": True},
+    )
     def resolve(self, ctx):
         decision = ctx.payload.get("decision")
         if decision not in ("succeeded", "failed"):
@@ -416,9 +525,12 @@ class Discrepancy(StateMachine):
     state = FSMField(default=State.OPEN, choices=State.choices, protected=True)
     kind = models.CharField(max_length=64, choices=Kind.choices)
     fingerprint = models.CharField(max_length=255, unique=True)
-    attempt = models.ForeignKey(PaymentAttempt, null=True, blank=True, on_delete=models.PROTECT,
-                                related_name="discrepancies")
-    refund = models.ForeignKey(Refund, null=True, blank=True, on_delete=models.PROTECT, related_name="discrepancies")
+    attempt = models.ForeignKey(
+        PaymentAttempt, null=True, blank=True, on_delete=models.PROTECT, related_name="discrepancies"
+    )
+    refund = models.ForeignKey(
+        Refund, null=True, blank=True, on_delete=models.PROTECT, related_name="discrepancies"
+    )
     provider_object_id = models.CharField(max_length=255, blank=True, default="")
     local_state = models.CharField(max_length=32, blank=True, default="")
     provider_status = models.CharField(max_length=32, blank=True, default="")

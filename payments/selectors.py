@@ -28,12 +28,17 @@ def payment_attempts_for_owner(*, owner_type: str, owner_id: str | int) -> Query
 
 
 def current_payment_attempt(*, owner_type: str, owner_id: str | int) -> PaymentAttempt | None:
-    return (PaymentAttempt.objects.filter(owner_type=owner_type, owner_id=str(owner_id), is_current=True)
-            .order_by("-sequence").first())
+    return (
+        PaymentAttempt.objects.filter(owner_type=owner_type, owner_id=str(owner_id), is_current=True)
+        .order_by("-sequence")
+        .first()
+    )
 
 
 def provider_events_for(*, aggregate_type: str, aggregate_id: int) -> QuerySet[ProviderEvent]:
-    return ProviderEvent.objects.filter(aggregate_type=aggregate_type, aggregate_id=aggregate_id).order_by("id")
+    return ProviderEvent.objects.filter(aggregate_type=aggregate_type, aggregate_id=aggregate_id).order_by(
+        "id"
+    )
 
 
 def open_discrepancies() -> QuerySet[Discrepancy]:

@@ -28,13 +28,17 @@ from .providers import IntentResult, RefundResult
 PROVIDERS = ("stripe", "sandbox")  # both speak Stripe's event shape and Stripe-Signature scheme
 ACTOR_PREFIX = "provider:"
 ATTEMPT_EVENT_TYPES = {
-    "payment_intent.amount_capturable_updated", "payment_intent.succeeded", "payment_intent.canceled",
+    "payment_intent.amount_capturable_updated",
+    "payment_intent.succeeded",
+    "payment_intent.canceled",
     "payment_intent.payment_failed",
 }
 REFUND_EVENT_TYPES = {"refund.created", "refund.updated", "refund.failed", "charge.refund.updated"}
 
 
-def verify_signature(*, raw_body: bytes, header: str | None, secrets: list[str], tolerance_seconds: int) -> int:
+def verify_signature(
+    *, raw_body: bytes, header: str | None, secrets: list[str], tolerance_seconds: int
+) -> int:
     """Stripe's scheme: ``t=<unix>,v1=<hex hmac-sha256(secret, "t.body")>`` (several v1 during rotation).
 
     Any configured secret may match any v1 (secret rotation). Answers the signed timestamp.
@@ -60,8 +64,10 @@ def verify_signature(*, raw_body: bytes, header: str | None, secrets: list[str],
         raise SignatureInvalid("No signature matches the expected signature for the payload")
     age = clock.now().timestamp() - timestamp
     if age > tolerance_seconds:
-        raise SignatureInvalid(f"Timestamp outside the tolerance zone ({int(age)} s old, {tolerance_seconds} s allowed)",
-                               details={"tolerance_seconds": tolerance_seconds})
+        raise SignatureInvalid(
+            f"Timestamp outside the tolerance zone ({int(age)} s old, {tolerance_seconds} s allowed)",
+            details={"tolerance_seconds": tolerance_seconds},
+        )
     return timestamp
 
 
@@ -73,10 +79,17 @@ def _parse(raw_body: bytes) -> dict[str, Any]:
     if not isinstance(event, dict):
         raise ValidationFailed("webhook body must be a JSON object")
     obj = (event.get("data") or {}).get("object") if isinstance(event.get("data"), dict) else None
-    if not isinstance(event.get("id"), str) or not event["id"] or not isinstance(event.get("type"), str) \
-            or not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
-        raise ValidationFailed("webhook event needs id, type and data.object with an id",
-                               details={"fields": ["id", "type", "data.object.id"]})
+    if (
+        not isinstance(event.get("id"), str)
+        or not event["id"]
+        or not isinstance(event.get("type"), str)
+        or not isinstance(obj, dict)
+        or not isinstance(obj.get("id"), str)
+    ):
+        raise ValidationFailed(
+            "webhook event needs id, type and data.object with an id",
+            details={"fields": ["id", "type", "data.object.id"]},
+        )
     if len(event["id"]) > 255:
         raise ValidationFailed("event id too long", details={"field": "id"})
     return event
@@ -86,16 +99,31 @@ def provider_event_receive(*, provider: str, raw_body: bytes, signature_header: 
     """Verify, store and classify one delivery. Answers the contract's event-style body."""
     if provider not in PROVIDERS:
         raise NotFound(f"unknown payment provider {provider!r}")
-    verify_signature(raw_body=raw_body, header=signature_header, secrets=list(settings.STRIPE_WEBHOOK_SECRETS),
-                     tolerance_seconds=int(settings.STRIPE_WEBHOOK_TOLERANCE_SECONDS))
+    verify_signature(
+        raw_body=raw_body,
+        header=signature_header,
+        secrets=list(settings.STRIPE_WEBHOOK_SECRETS),
+        tolerance_seconds=int(settings.STRIPE_WEBHOOK_TOLERANCE_SECONDS),
+    )
     event = _parse(raw_body)
     now = clock.now()
     with transaction.atomic():
         # ON CONFLICT DO NOTHING: a concurrent delivery of the same event waits here for the first's commit.
-        ProviderEvent.objects.bulk_create([ProviderEvent(
-            provider=provider, event_id=event["id"], event_type=event["type"], raw_body=raw_body.decode(),
-            payload=event, signature=signature_header or "", received_at=now, last_delivery_at=now,
-        )], ignore_conflicts=True)
+        ProviderEvent.objects.bulk_create(
+            [
+                ProviderEvent(
+                    provider=provider,
+                    event_id=event["id"],
+                    event_type=event["type"],
+                    raw_body=raw_body.decode(),
+                    payload=event,
+                    signature=signature_header or "",
+                    received_at=now,
+                    last_delivery_at=now,
+                )
+            ],
+            ignore_conflicts=True,
+        )
         stored = ProviderEvent.objects.select_for_update().get(provider=provider, event_id=event["id"])
         if stored.processed_at is not None:
             stored.deliveries += 1
@@ -125,13 +153,30 @@ def _replayed_answer(stored: ProviderEvent) -> dict[str, Any]:
 
 
 def _ignored(event: dict[str, Any], detail: str) -> dict[str, Any]:
-    return {"result": "ignored", "state": None, "version": None, "transition_id": None, "replayed": False,
-            "detail": detail, "event_id": event["id"], "aggregate_type": "", "aggregate_id": None, "related": []}
+    return {
+        "result": "ignored",
+        "state": None,
+        "version": None,
+        "transition_id": None,
+        "replayed": False,
+        "detail": detail,
+        "event_id": event["id"],
+        "aggregate_type": "",
+        "aggregate_id": None,
+        "related": [],
+    }
 
 
-def _answer(event: dict[str, Any], outcome, aggregate_type: str, aggregate_id: int, related: list) -> dict[str, Any]:
-    return {**outcome.as_dict(), "event_id": event["id"], "aggregate_type": aggregate_type,
-            "aggregate_id": aggregate_id, "related": related}
+def _answer(
+    event: dict[str, Any], outcome, aggregate_type: str, aggregate_id: int, related: list
+) -> dict[str, Any]:
+    return {
+        **outcome.as_dict(),
+        "event_id": event["id"],
+        "aggregate_type": aggregate_type,
+        "aggregate_id": aggregate_id,
+        "related": related,
+    }
 
 
 def _classify(provider: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -145,13 +190,16 @@ def _classify(provider: str, event: dict[str, Any]) -> dict[str, Any]:
             raise ValidationFailed(f"data.object is not a PaymentIntent: {exc}")
         attempt = _attempt_for(intent)
         if attempt is None:
-            return _ignored(event, f"no local payment attempt for {intent.intent_id}; kept for reconciliation")
+            return _ignored(
+                event, f"no local payment attempt for {intent.intent_id}; kept for reconciliation"
+            )
         fact = intent_fact(intent)
         if fact is None:
             return _ignored(event, f"{intent.intent_id} is {intent.status}: nothing final to record")
-        outcome, related = services.payment_attempt_apply_fact(attempt_id=attempt.pk, fact=fact, actor=actor,
-                                                               reason=reason)
-        return _answer(event, outcome, PaymentAttempt.aggregate_type(), attempt.pk, related)
+        outcome, related = services.payment_attempt_apply_fact(
+            attempt_id=attempt.pk, fact=fact, actor=actor, reason=reason
+        )
+        return _answer(event, outcome, PaymentAttempt.aggregate_label(), attempt.pk, related)
     if event["type"] in REFUND_EVENT_TYPES:
         try:
             result = RefundResult.from_dict(obj)
@@ -163,8 +211,10 @@ def _classify(provider: str, event: dict[str, Any]) -> dict[str, Any]:
         fact = refund_fact(result)
         if fact is None:
             return _ignored(event, f"{result.refund_id} is {result.status}: nothing final to record")
-        outcome, related = services.refund_apply_fact(refund_id=refund.pk, fact=fact, actor=actor, reason=reason)
-        return _answer(event, outcome, Refund.aggregate_type(), refund.pk, related)
+        outcome, related = services.refund_apply_fact(
+            refund_id=refund.pk, fact=fact, actor=actor, reason=reason
+        )
+        return _answer(event, outcome, Refund.aggregate_label(), refund.pk, related)
     return _ignored(event, f"event type {event['type']} is not acted on")
 
 
