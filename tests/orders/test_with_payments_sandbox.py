@@ -13,7 +13,7 @@ from orders.models import Order, Product, Reservation
 from orders.services import order_cancel
 from payments.models import PaymentAttempt, Refund
 from tests.orders.conftest import drain
-from workflow import outbox
+from workflow import clock, outbox
 from workflow.models import OutboxItem, Transition
 from workflow.selectors import history_mismatches
 
@@ -86,7 +86,10 @@ def test_refund_done_but_answer_lost_is_not_repeated(payments_port, place_order)
     payments_port.fault("refund.create", "drop_response")  # the provider refunds; the worker never hears
 
     order_cancel(order_id=order.pk, actor="buyer")
-    drain()
+    drain()  # the refund call's answer is lost: payments records it unknown and promises a query
+    assert Refund.objects.get().state == "unknown"
+    with clock.travel(60):
+        drain()  # the query finds the refund at the provider instead of refunding again
 
     order = Order.objects.get(pk=order.pk)
     assert order.state == "cancelled"
