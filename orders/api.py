@@ -13,6 +13,7 @@ from workflow.idempotency import run_idempotent
 
 from . import selectors
 from .models import Cart
+from .payment_port import get_port
 from .services import (cart_add_item, cart_create, checkout_place, order_apply_warehouse_event, order_cancel,
                        order_start_payment_attempt, product_create)
 
@@ -104,6 +105,18 @@ class OutcomeOut(serializers.Serializer):
     detail = serializers.CharField(allow_blank=True)
 
 
+def _current_attempt(order) -> dict | None:
+    if not order.current_attempt_ref:
+        return None
+    body = {"id": order.current_attempt_id, "ref": order.current_attempt_ref,
+            "provider_ref": order.current_provider_ref or None, "number": order.attempt_count, "state": None}
+    port = get_port()
+    if hasattr(port, "describe"):  # the payments app knows the provider's reference once the intent exists
+        live = port.describe(attempt_ref=order.current_attempt_ref)
+        body.update(provider_ref=live.get("provider_ref") or body["provider_ref"], state=live.get("state"))
+    return body
+
+
 def order_body(order) -> dict:
     reservations = selectors.order_reservations(order)
     return {
@@ -115,9 +128,7 @@ def order_body(order) -> dict:
         "currency": order.currency,
         "total_amount": order.total_amount,
         "lines": order.lines,
-        "current_attempt": None if not order.current_attempt_ref else {
-            "id": order.current_attempt_id, "ref": order.current_attempt_ref,
-            "provider_ref": order.current_provider_ref, "number": order.attempt_count},
+        "current_attempt": _current_attempt(order),
         "capture": None if not order.capture_ref else {
             "ref": order.capture_ref, "amount": order.captured_amount, "attempt_ref": order.captured_attempt_ref},
         "refund": None if not order.refund_key else {

@@ -29,8 +29,10 @@ def order_owed_work(order: Order) -> list[OutboxItem]:
 
 
 def order_pending_timers(order: Order) -> list[Timer]:
+    """Timers that still govern: armed in the current state since it was entered (older ones will fire stale)."""
     return list(Timer.objects.filter(aggregate_type=Order.aggregate_label(), aggregate_id=order.pk,
-                                     status=Timer.Status.SCHEDULED).order_by("scheduled_at"))
+                                     status=Timer.Status.SCHEDULED, armed_state=order.state,
+                                     armed_at__gte=order.entered_state_at).order_by("scheduled_at"))
 
 
 def order_reservations(order: Order) -> list[Reservation]:
