@@ -23,6 +23,9 @@ ACTOR = "system:checkout-reconciler"
 
 
 def checkout_reconcile(*, cart: Cart) -> dict:
+    cart = Cart.objects.get(pk=cart.pk)  # judge the current row, not the caller's snapshot
+    if cart.state != Cart.State.CHECKING_OUT:
+        return {"cart_id": cart.pk, "action": "none", "result": f"cart is {cart.state}"}
     key = cart.checkout_key
     order = Order.objects.filter(checkout_key=key).first() if key else None
     if order is not None and order.current_attempt_ref:
