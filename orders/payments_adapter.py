@@ -28,7 +28,9 @@ def attempt_ref_for(attempt_id: int) -> str:
 
 
 def attempt_id_from(attempt_ref: str) -> int:
-    return int(str(attempt_ref).removeprefix("pay-"))
+    """The payments attempt id behind ``pay-<id>`` (-1 for a reference payments never issued, e.g. demo data)."""
+    ref = str(attempt_ref).removeprefix("pay-")
+    return int(ref) if ref.isdigit() else -1
 
 
 class PaymentsAppPort:
@@ -70,7 +72,9 @@ class PaymentsAppPort:
         from payments.models import PaymentAttempt
         from payments.providers import get_provider
 
-        attempt = PaymentAttempt.objects.get(pk=attempt_id_from(attempt_ref))
+        attempt = PaymentAttempt.objects.filter(pk=attempt_id_from(attempt_ref)).first()
+        if attempt is None:
+            return AttemptStatus(status="failed")  # payments holds no such attempt: nothing was ever taken
         if attempt.provider_intent_id:
             intent = get_provider().retrieve_intent(attempt.provider_intent_id)
             services.payment_attempt_record_intent(attempt_id=attempt.pk, intent=intent, actor=ACTOR,
