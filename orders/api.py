@@ -14,8 +14,15 @@ from workflow.idempotency import run_idempotent
 from . import selectors
 from .models import Cart
 from .payment_port import get_port
-from .services import (cart_add_item, cart_create, checkout_place, order_apply_warehouse_event, order_cancel,
-                       order_start_payment_attempt, product_create)
+from .services import (
+    cart_add_item,
+    cart_create,
+    checkout_place,
+    order_apply_warehouse_event,
+    order_cancel,
+    order_start_payment_attempt,
+    product_create,
+)
 
 
 # --- catalog -------------------------------------------------------------------------------------

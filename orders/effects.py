@@ -3,8 +3,8 @@ applies locally commits together with ``delivered``. Outside calls carry the ite
 
 from __future__ import annotations
 
-from workflow.outbox import effect_handler
 from workflow import kernel
+from workflow.outbox import effect_handler
 
 from .models import Order
 from .payment_port import get_port, payment_fact

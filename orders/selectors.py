@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
-from django.db import connection
-
 from workflow import clock, kernel
 from workflow.models import STATE_CHANGING_RESULTS, OutboxItem, Timer, Transition
 from workflow.selectors import history_mismatches
@@ -112,10 +110,8 @@ def _delivered_left() -> list[Violation]:
 
 
 def _stock_negative() -> list[Violation]:
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT id, stock_on_hand FROM {Product._meta.db_table} WHERE stock_on_hand < 0")
-        return [Violation("stock_never_negative", "orders.product", pk, f"stock is {stock}")
-                for pk, stock in cursor.fetchall()]
+    rows = Product.objects.filter(stock_on_hand__lt=0).values_list("pk", "stock_on_hand")
+    return [Violation("stock_never_negative", "orders.product", pk, f"stock is {stock}") for pk, stock in rows]
 
 
 def invariant_violations() -> list[Violation]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
-from django_fsm import FSMField, transition
 from django.utils import timezone
+from django_fsm import FSMField, transition
 from simple_history.models import HistoricalRecords
 
 from workflow.history import ActorHistory
@@ -87,3 +87,6 @@ class CartItem(models.Model):
             models.UniqueConstraint(fields=["cart", "product"], name="cart_item_once_per_product"),
             models.CheckConstraint(condition=Q(quantity__gt=0), name="cart_item_quantity_positive"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.quantity}× product {self.product_id} in cart {self.cart_id}"

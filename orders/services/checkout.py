@@ -21,7 +21,14 @@ from typing import Any
 from django.db import transaction
 
 from workflow import kernel
-from workflow.errors import LedgerflowError, NotFound, OutOfStock, StateTransitionRejected, ValidationFailed, WorkflowFailed
+from workflow.errors import (
+    LedgerflowError,
+    NotFound,
+    OutOfStock,
+    StateTransitionRejected,
+    ValidationFailed,
+    WorkflowFailed,
+)
 
 from ..models import Cart, Order, Product, Reservation
 from ..payment_port import AttemptStarted, get_port
@@ -128,6 +135,11 @@ def lock_cart(ctx: CheckoutContext) -> None:
     if outcome.result != "applied":
         raise StateTransitionRejected(f"cart {ctx.cart_id} could not be locked for checkout ({outcome.result})",
                                       details={"outcome": outcome.as_dict()})
+    locked = Cart.objects.get(pk=ctx.cart_id)
+    if ctx.cart is not None and locked.items_updated_at != ctx.cart.items_updated_at:
+        # Items changed between pricing and locking: the priced lines are not what is being bought.
+        raise StateTransitionRejected(f"cart {ctx.cart_id} changed during checkout; try again",
+                                      details={"cart_id": ctx.cart_id})
 
 
 def unlock_cart(ctx: CheckoutContext) -> str:
@@ -234,8 +246,9 @@ def checkout_place(*, cart_id: int, checkout_key: str, actor: str, steps: StepRe
                 raise
             raise WorkflowFailed(
                 f"checkout failed at step {step.name!r}; completed steps were compensated",
-                details={"failed_step": step.name, "error": _describe(exc), "completed_steps": [s.name for s in completed],
-                         "compensation": report, "order_id": ctx.order.pk if ctx.order else None})
+                details={"failed_step": step.name, "error": _describe(exc),
+                         "completed_steps": [s.name for s in completed], "compensation": report,
+                         "order_id": ctx.order.pk if ctx.order else None})
         completed.append(step)
     return ctx.order
 

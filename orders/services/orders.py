@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.db import transaction
+
 from workflow import kernel
 from workflow.errors import NotFound, StateTransitionRejected, ValidationFailed
 from workflow.models import OutboxItem
@@ -37,8 +39,13 @@ def order_start_payment_attempt(*, order_id: int, idempotency_key: str, actor: s
     if preview.result != "applied":
         raise StateTransitionRejected(f"order {order_id} is {order.state}: a new payment attempt is not allowed",
                                       details={"outcome": preview.as_dict()})
-    attempt = get_port().start_attempt(order_id=order.pk, amount=order.total_amount, currency=order.currency,
-                                       idempotency_key=f"order:{order.pk}:attempt-{number}:{idempotency_key}")
+    with transaction.atomic():  # with the payments app: the attempt and the order's pointer commit together
+        attempt = get_port().start_attempt(order_id=order.pk, amount=order.total_amount, currency=order.currency,
+                                           idempotency_key=f"order:{order.pk}:attempt-{number}:{idempotency_key}")
+        return _apply_started(order, attempt, actor)
+
+
+def _apply_started(order: Order, attempt, actor: str) -> kernel.Outcome:
     return kernel.apply(order, "payment_started", f"attempt:{attempt.attempt_ref}:started",
                         {"attempt_ref": attempt.attempt_ref, "attempt_id": attempt.attempt_id,
                          "provider_ref": attempt.provider_ref, "amount": order.total_amount,

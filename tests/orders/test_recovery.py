@@ -48,7 +48,8 @@ def test_stuck_checkout_without_payment_is_unwound(product, step):
     assert Cart.objects.get(pk=cart.pk).state == "active"
     assert stock(product) == 20
     assert not Reservation.objects.filter(state__in=Reservation.LIVE_STATES).exists()
-    assert list(Order.objects.values_list("state", flat=True)) == (["checkout_failed"] if step == "create_order" else [])
+    expected_orders = ["checkout_failed"] if step == "create_order" else []
+    assert list(Order.objects.values_list("state", flat=True)) == expected_orders
 
 
 def test_stuck_checkout_with_authorized_attempt_is_resumed(product):
