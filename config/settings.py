@@ -151,6 +151,7 @@ CELERY_BEAT_SCHEDULE = {
     "payments-reconcile": {"task": "payments.tasks.reconcile_payments",
                            "schedule": float(os.environ.get("PAYMENTS_RECONCILE_SECONDS", "900"))},
 }
+CELERY_BEAT_SCHEDULE["print-content-purge"] = {"task": "printing.tasks.purge_print_content", "schedule": 3600.0}
 # Whether a committed outbox item is also pushed to the broker at once (the sweep covers it either way).
 OUTBOX_ENQUEUE_ON_COMMIT = env_bool("OUTBOX_ENQUEUE_ON_COMMIT", True)
 

@@ -18,5 +18,6 @@ urlpatterns = [
     path("readyz", workflow_api.readyz, name="readyz"),
     path("api/v1/", include(api_v1)),
     path("api/v1/", include("payments.urls")),
+    path("api/v1/", include("printing.urls")),
     path("admin/", admin.site.urls),
 ]
