@@ -10,6 +10,7 @@ handler500 = "workflow.http.json_server_error"
 api_v1 = [
     path("schema", SpectacularAPIView.as_view(), name="schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("", include("orders.urls")),
 ]
 
 urlpatterns = [
