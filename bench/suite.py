@@ -132,15 +132,22 @@ class Suite:
         self.prepare_aggregates()
         from .cases import kernel, naive
 
+        # pyinstrument samples the thread that started it: run the op loop on this thread.
+        worker = (kernel.KernelWorker(self.pool, 0.0, seed=1) if which == "kernel"
+                  else naive.NaiveWorker(self.naive_pool))
+        worker.setup()
+        for _ in range(50):  # warm caches and connections outside the profile
+            worker.op()
         profiler = Profiler(interval=0.0005)
+        ops = 0
         profiler.start()
-        if which == "kernel":
-            row = kernel.run(self.pool, concurrency=1, duration=self.plan.duration, replay_fraction=0.0,
-                             variant="apply, writes only (profiled)")
-        else:
-            row = naive.run(self.naive_pool, concurrency=1, duration=self.plan.duration)
+        deadline = time.perf_counter() + self.plan.duration
+        while time.perf_counter() < deadline:
+            worker.op()
+            ops += 1
         profiler.stop()
-        self.add(row)
+        worker.teardown()
+        self.log(f"profiled {ops} {which} writes in {self.plan.duration:.0f}s ({ops / self.plan.duration:.0f}/s)")
         self.output.parent.mkdir(parents=True, exist_ok=True)
         text = profiler.output_text(unicode=False, color=False, show_all=False)
         path = self.output.parent / f"profile_{which}.txt"
