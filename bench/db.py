@@ -130,7 +130,8 @@ def generate_naive(conn: psycopg.Connection, count: int, subject: Subject = SUBJ
 
 
 def generate_outbox_backlog(conn: psycopg.Connection, count: int, effect_type: str = "workflow.noop") -> list[int]:
-    conn.execute("TRUNCATE workflow_outboxitem RESTART IDENTITY CASCADE")
+    # ids keep growing: transition records of earlier items (identity "attempt:1") must never match a new one
+    conn.execute("TRUNCATE workflow_outboxitem CASCADE")
     now = datetime.now(UTC) - timedelta(seconds=5)
     rows = ([f"drain:{i}", effect_type, "bench.drain", i, json.dumps({"n": i}), 0, 3, now, "", None, None,
              "pending", 1, now, now, now] for i in range(1, count + 1))

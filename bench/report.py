@@ -73,8 +73,12 @@ def apply_ratios(rows: list[Row], *, smoke: bool = False) -> None:
                 _judge(row, ratio, minimum=0.5)
             else:
                 row.ratio = ratio
-        elif row.case == "5 outbox":
+        elif row.case == "5 outbox" and row.variant.startswith("raw"):
             row.baseline, row.ratio = "itself", 1.0
+        elif row.case == "5 outbox":
+            raw = _by(rows, "5 outbox", row.concurrency, "raw SKIP LOCKED")
+            if raw is not None and raw.throughput:
+                row.baseline, row.ratio = f"raw loop c{raw.concurrency}", row.throughput / raw.throughput
         elif row.case == "6 scale" and row.variant.endswith("(large)"):
             small = _by(rows, "6 scale", None, row.variant.replace("(large)", "(small)"))
             if small is None or not small.p50_ms:

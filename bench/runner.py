@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--broker-url", default=os.environ.get("BENCH_BROKER_URL", DEFAULT_BROKER_URL))
     parser.add_argument("--output", default=str(RESULTS_DIR / "latest.json"))
     parser.add_argument("--keep-database", action="store_true", help="leave the bench database behind")
-    parser.add_argument("--profile", choices=["kernel", "naive"],
+    parser.add_argument("--profile", choices=["kernel", "naive", "deliver"],
                         help="profile one case at concurrency 1 with pyinstrument instead of the table")
     args = parser.parse_args(argv)
 

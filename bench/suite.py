@@ -133,8 +133,13 @@ class Suite:
         from .cases import kernel, naive
 
         # pyinstrument samples the thread that started it: run the op loop on this thread.
-        worker = (kernel.KernelWorker(self.pool, 0.0, seed=1) if which == "kernel"
-                  else naive.NaiveWorker(self.naive_pool))
+        from .cases import outbox
+
+        if which == "deliver":
+            db.generate_outbox_backlog(self.conn, self.plan.outbox_backlog)
+        worker = {"kernel": lambda: kernel.KernelWorker(self.pool, 0.0, seed=1),
+                  "naive": lambda: naive.NaiveWorker(self.naive_pool),
+                  "deliver": outbox.DeliverOneWorker}[which]()
         worker.setup()
         for _ in range(50):  # warm caches and connections outside the profile
             worker.op()
