@@ -80,7 +80,9 @@ def apply_ratios(rows: list[Row], *, smoke: bool = False) -> None:
             if raw is not None and raw.throughput:
                 row.baseline, row.ratio = f"raw loop c{raw.concurrency}", row.throughput / raw.throughput
         elif row.case == "6 scale" and row.variant.endswith("(large)"):
-            small = _by(rows, "6 scale", None, row.variant.replace("(large)", "(small)"))
+            what = row.variant.split(" at ")[0]
+            small = next((r for r in rows if r.case == "6 scale" and r.variant.startswith(what + " at ")
+                          and r.variant.endswith("(small)")), None)
             if small is None or not small.p50_ms:
                 continue
             row.baseline = "same at small size (p50 latency)"

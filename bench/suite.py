@@ -76,6 +76,8 @@ class Suite:
                                     variant="apply, writes only"))
                 self.add(kernel.run(self.pool, concurrency=c, duration=self.plan.duration, replay_fraction=1.0,
                                     variant="apply, replays only"))
+        if "kernel" in cases:
+            self.run_proposals()
         if "naive" in cases:
             from .cases import naive
 
@@ -107,6 +109,27 @@ class Suite:
 
             self.lines.append(printing.run())
         self.finish()
+
+    def run_proposals(self) -> None:
+        """Rows for the kernel as proposed in bench/proposals/kernel.diff, and without the broker push."""
+        from .cases import kernel
+        from .proposals import enqueue_on_commit, proposed_kernel
+
+        d = self.plan.duration
+        with enqueue_on_commit(False):
+            for c in self.plan.concurrencies:
+                self.add(kernel.run(self.pool, concurrency=c, duration=d, replay_fraction=0.0,
+                                    variant="apply, writes only, no broker push"))
+        with proposed_kernel() as available:
+            if not available:
+                self.lines.append("proposed kernel: bench/proposals/kernel.diff no longer applies to "
+                                  "workflow/kernel.py (or `patch` is missing); its rows were skipped")
+                return
+            for c in self.plan.concurrencies:
+                for fraction, what in ((self.plan.replay_fraction, f"{self.plan.replay_fraction:.0%} replays"),
+                                       (0.0, "writes only"), (1.0, "replays only")):
+                    self.add(kernel.run(self.pool, concurrency=c, duration=d, replay_fraction=fraction,
+                                        variant=f"PROPOSED apply, {what}"))
 
     def finish(self) -> None:
         report.apply_ratios(self.rows, smoke=self.smoke)
