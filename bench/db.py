@@ -55,7 +55,9 @@ def _tables(subject: Subject) -> tuple[str, str]:
 def reset_subject(conn: psycopg.Connection, subject: Subject = SUBJECT) -> None:
     """Empty the machine and the kernel tables (TRUNCATE: the transition table refuses DELETE)."""
     table, history = _tables(subject)
-    names = [table, "workflow_transition", "workflow_outboxitem", "workflow_timer"] + ([history] if history else [])
+    names = [table, "workflow_transition", "workflow_outboxitem", "workflow_timer"] + (
+        [history] if history else []
+    )
     conn.execute(f"TRUNCATE {', '.join(names)} RESTART IDENTITY CASCADE")
     conn.commit()
 
@@ -81,7 +83,9 @@ def _copy(conn: psycopg.Connection, table: str, columns: list[str], rows) -> Non
         copy.write(buf.getvalue())
 
 
-def generate_aggregates(conn: psycopg.Connection, first_id: int, count: int, subject: Subject = SUBJECT) -> None:
+def generate_aggregates(
+    conn: psycopg.Connection, first_id: int, count: int, subject: Subject = SUBJECT
+) -> None:
     """COPY ``count`` aggregates (ids first_id..) spread over the states, each with the transition
     record that brought it into its state (identity ``seed:<id>``, empty payload) so replays find it."""
     model = subject.model()
@@ -89,7 +93,9 @@ def generate_aggregates(conn: psycopg.Connection, first_id: int, count: int, sub
     base = datetime.now(UTC) - timedelta(days=30)
     ids = range(first_id, first_id + count)
     extra_names = list(subject.extra_columns(0))
-    version_of = {s: n + 1 for n, s in enumerate(["payment_pending", *[t for _, t in subject.forward.values()]])}
+    version_of = {
+        s: n + 1 for n, s in enumerate(["payment_pending", *[t for _, t in subject.forward.values()]])
+    }
 
     def aggregate_rows():
         for i in ids:
@@ -98,8 +104,12 @@ def generate_aggregates(conn: psycopg.Connection, first_id: int, count: int, sub
             extra = subject.extra_columns(i)
             yield [i, state, version_of.get(state, 2), at, at, at, *[extra[k] for k in extra_names]]
 
-    _copy(conn, table, ["id", "state", "state_version", "entered_state_at", "created_at", "updated_at",
-                        *extra_names], aggregate_rows())
+    _copy(
+        conn,
+        table,
+        ["id", "state", "state_version", "entered_state_at", "created_at", "updated_at", *extra_names],
+        aggregate_rows(),
+    )
     hashes = {e: payload_hash(e, {}) for e in subject.entered_by.values()}
 
     def transition_rows():
@@ -107,13 +117,46 @@ def generate_aggregates(conn: psycopg.Connection, first_id: int, count: int, sub
             state = subject.state_of(i)
             event = subject.entered_by[state]
             to_version = version_of.get(state, 2)
-            yield [subject.label, i, event, f"seed:{i}", hashes[event], "{}", "", state, to_version - 1,
-                   to_version, "applied", "", SEED_ACTOR, "", base]
+            yield [
+                subject.label,
+                i,
+                event,
+                f"seed:{i}",
+                hashes[event],
+                "{}",
+                "",
+                state,
+                to_version - 1,
+                to_version,
+                "applied",
+                "",
+                SEED_ACTOR,
+                "",
+                base,
+            ]
 
-    _copy(conn, "workflow_transition",
-          ["aggregate_type", "aggregate_id", "event_type", "event_identity", "payload_hash", "payload",
-           "from_state", "to_state", "from_version", "to_version", "result", "detail", "actor", "reason",
-           "created_at"], transition_rows())
+    _copy(
+        conn,
+        "workflow_transition",
+        [
+            "aggregate_type",
+            "aggregate_id",
+            "event_type",
+            "event_identity",
+            "payload_hash",
+            "payload",
+            "from_state",
+            "to_state",
+            "from_version",
+            "to_version",
+            "result",
+            "detail",
+            "actor",
+            "reason",
+            "created_at",
+        ],
+        transition_rows(),
+    )
     conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), %s)", [first_id + count])
     conn.commit()
 
@@ -123,22 +166,66 @@ def generate_naive(conn: psycopg.Connection, count: int, subject: Subject = SUBJ
 
     table = NaiveOrder._meta.db_table
     now = datetime.now(UTC)
-    _copy(conn, table, ["id", "state", "reference", "amount_cents", "currency", "updated_at"],
-          ([i, subject.state_of(i), f"ord-{i}", 1000, "EUR", now] for i in range(1, count + 1)))
+    _copy(
+        conn,
+        table,
+        ["id", "state", "reference", "amount_cents", "currency", "updated_at"],
+        ([i, subject.state_of(i), f"ord-{i}", 1000, "EUR", now] for i in range(1, count + 1)),
+    )
     conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), %s)", [count + 1])
     conn.commit()
 
 
-def generate_outbox_backlog(conn: psycopg.Connection, count: int, effect_type: str = "workflow.noop") -> list[int]:
+def generate_outbox_backlog(
+    conn: psycopg.Connection, count: int, effect_type: str = "workflow.noop"
+) -> list[int]:
     # ids keep growing: transition records of earlier items (identity "attempt:1") must never match a new one
     conn.execute("TRUNCATE workflow_outboxitem CASCADE")
     now = datetime.now(UTC) - timedelta(seconds=5)
-    rows = ([f"drain:{i}", effect_type, "bench.drain", i, json.dumps({"n": i}), 0, 3, now, "", None, None,
-             "pending", 1, now, now, now] for i in range(1, count + 1))
-    _copy(conn, "workflow_outboxitem",
-          ["effect_key", "effect_type", "aggregate_type", "aggregate_id", "payload", "attempts", "max_attempts",
-           "next_attempt_at", "last_error", "delivered_at", "result", "state", "state_version",
-           "entered_state_at", "created_at", "updated_at"], rows)
+    rows = (
+        [
+            f"drain:{i}",
+            effect_type,
+            "bench.drain",
+            i,
+            json.dumps({"n": i}),
+            0,
+            3,
+            now,
+            "",
+            None,
+            None,
+            "pending",
+            1,
+            now,
+            now,
+            now,
+        ]
+        for i in range(1, count + 1)
+    )
+    _copy(
+        conn,
+        "workflow_outboxitem",
+        [
+            "effect_key",
+            "effect_type",
+            "aggregate_type",
+            "aggregate_id",
+            "payload",
+            "attempts",
+            "max_attempts",
+            "next_attempt_at",
+            "last_error",
+            "delivered_at",
+            "result",
+            "state",
+            "state_version",
+            "entered_state_at",
+            "created_at",
+            "updated_at",
+        ],
+        rows,
+    )
     conn.commit()
     ids = [r[0] for r in conn.execute("SELECT id FROM workflow_outboxitem ORDER BY id").fetchall()]
     conn.execute("ANALYZE workflow_outboxitem")

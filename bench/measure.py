@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -56,8 +57,9 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
 
 def fill_latency(row: Row, latencies_s: list[float]) -> Row:
     values = sorted(latencies_s)
-    row.p50_ms, row.p95_ms, row.p99_ms = (None if (v := percentile(values, q)) is None else v * 1000
-                                          for q in (0.50, 0.95, 0.99))
+    row.p50_ms, row.p95_ms, row.p99_ms = (
+        None if (v := percentile(values, q)) is None else v * 1000 for q in (0.50, 0.95, 0.99)
+    )
     return row
 
 
@@ -72,8 +74,14 @@ class Worker:
     def teardown(self) -> None: ...
 
 
-def run_concurrent(make_worker: Callable[[int], Worker], *, concurrency: int, duration: float,
-                   max_ops: int | None = None, warmup: float = 0.0) -> tuple[float, list[float], Counter]:
+def run_concurrent(
+    make_worker: Callable[[int], Worker],
+    *,
+    concurrency: int,
+    duration: float,
+    max_ops: int | None = None,
+    warmup: float = 0.0,
+) -> tuple[float, list[float], Counter]:
     """Run ``concurrency`` threads for ``duration`` seconds (after ``warmup``); returns the measured
     wall time, every op's latency and the count of op kinds. An exception in a worker is re-raised."""
     barrier = threading.Barrier(concurrency + 1)
@@ -123,10 +131,8 @@ def run_concurrent(make_worker: Callable[[int], Worker], *, concurrency: int, du
     threads = [threading.Thread(target=body, args=(n,), daemon=True) for n in range(concurrency)]
     for t in threads:
         t.start()
-    try:
+    with contextlib.suppress(threading.BrokenBarrierError):
         barrier.wait()  # every worker is set up (connected) before the clock starts
-    except threading.BrokenBarrierError:
-        pass
     now = time.perf_counter()
     window["start"] = now + warmup
     window["end"] = now + warmup + duration

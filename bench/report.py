@@ -7,8 +7,11 @@ from .measure import Row
 
 def _by(rows: list[Row], case: str, concurrency: int | None = None, variant: str | None = None) -> Row | None:
     for r in rows:
-        if r.case == case and (concurrency is None or r.concurrency == concurrency) and (
-                variant is None or r.variant.startswith(variant)):
+        if (
+            r.case == case
+            and (concurrency is None or r.concurrency == concurrency)
+            and (variant is None or r.variant.startswith(variant))
+        ):
             return r
     return None
 
@@ -22,8 +25,13 @@ def _floor_for(rows: list[Row], concurrency: int) -> Row | None:
     return max(lower, key=lambda r: r.concurrency) if lower else None
 
 
-def _judge(row: Row, ratio: float | None, minimum: float | None = None, maximum: float | None = None,
-           extra_ok: bool = True) -> None:
+def _judge(
+    row: Row,
+    ratio: float | None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    extra_ok: bool = True,
+) -> None:
     row.ratio = ratio
     if minimum is not None:
         row.target = f">= {minimum:g}"
@@ -62,7 +70,9 @@ def apply_ratios(rows: list[Row], *, smoke: bool = False) -> None:
             if row.case == "3 naive":
                 kernel = _by(rows, "2 kernel", row.concurrency, "apply, writes only")
                 if kernel and row.throughput:
-                    row.notes = (row.notes + f" kernel writes / naive = {kernel.throughput / row.throughput:.2f}").strip()
+                    row.notes = (
+                        row.notes + f" kernel writes / naive = {kernel.throughput / row.throughput:.2f}"
+                    ).strip()
         elif row.case == "5 outbox" and row.variant.startswith("celery"):
             raw = _by(rows, "5 outbox", row.concurrency, "raw SKIP LOCKED")
             if raw is None:
@@ -81,8 +91,16 @@ def apply_ratios(rows: list[Row], *, smoke: bool = False) -> None:
                 row.baseline, row.ratio = f"raw loop c{raw.concurrency}", row.throughput / raw.throughput
         elif row.case == "6 scale" and row.variant.endswith("(large)"):
             what = row.variant.split(" at ")[0]
-            small = next((r for r in rows if r.case == "6 scale" and r.variant.startswith(what + " at ")
-                          and r.variant.endswith("(small)")), None)
+            small = next(
+                (
+                    r
+                    for r in rows
+                    if r.case == "6 scale"
+                    and r.variant.startswith(what + " at ")
+                    and r.variant.endswith("(small)")
+                ),
+                None,
+            )
             if small is None or not small.p50_ms:
                 continue
             row.baseline = "same at small size (p50 latency)"
@@ -100,14 +118,42 @@ def _fmt(value, spec: str) -> str:
 
 
 def render(rows: list[Row], lines: list[str]) -> str:
-    header = ["case", "variant", "c", "ops", "ops/s", "p50 ms", "p95 ms", "p99 ms", "ratio", "baseline",
-              "target", "ok"]
-    body = [[r.case, r.variant, str(r.concurrency), str(r.ops), _fmt(r.throughput, ".0f"), _fmt(r.p50_ms, ".2f"),
-             _fmt(r.p95_ms, ".2f"), _fmt(r.p99_ms, ".2f"), _fmt(r.ratio, ".2f"), r.baseline, r.target, r.status]
-            for r in rows]
+    header = [
+        "case",
+        "variant",
+        "c",
+        "ops",
+        "ops/s",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "ratio",
+        "baseline",
+        "target",
+        "ok",
+    ]
+    body = [
+        [
+            r.case,
+            r.variant,
+            str(r.concurrency),
+            str(r.ops),
+            _fmt(r.throughput, ".0f"),
+            _fmt(r.p50_ms, ".2f"),
+            _fmt(r.p95_ms, ".2f"),
+            _fmt(r.p99_ms, ".2f"),
+            _fmt(r.ratio, ".2f"),
+            r.baseline,
+            r.target,
+            r.status,
+        ]
+        for r in rows
+    ]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(header)]
-    out = [" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
-           "-+-".join("-" * w for w in widths)]
+    out = [
+        " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
+        "-+-".join("-" * w for w in widths),
+    ]
     out += [" | ".join(c.ljust(w) for c, w in zip(b, widths, strict=True)) for b in body]
     notes = [f"  {r.key}: {r.notes}" for r in rows if r.notes]
     if notes:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -32,9 +31,18 @@ class Plan:
     scale_queries: int = 100
 
 
-SMOKE = Plan(aggregates=4000, duration=1.0, concurrencies=(1, 4), http_concurrencies=(1, 4),
-             outbox_backlog=1500, drain_seconds=1.0, scale_small=1000, scale_large=5000, scale_ops=30,
-             scale_queries=10)
+SMOKE = Plan(
+    aggregates=4000,
+    duration=1.0,
+    concurrencies=(1, 4),
+    http_concurrencies=(1, 4),
+    outbox_backlog=1500,
+    drain_seconds=1.0,
+    scale_small=1000,
+    scale_large=5000,
+    scale_ops=30,
+    scale_queries=10,
+)
 
 
 def _log(msg: str) -> None:
@@ -60,8 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--broker-url", default=os.environ.get("BENCH_BROKER_URL", DEFAULT_BROKER_URL))
     parser.add_argument("--output", default=str(RESULTS_DIR / "latest.json"))
     parser.add_argument("--keep-database", action="store_true", help="leave the bench database behind")
-    parser.add_argument("--profile", choices=["kernel", "naive", "deliver"],
-                        help="profile one case at concurrency 1 with pyinstrument instead of the table")
+    parser.add_argument(
+        "--profile",
+        choices=["kernel", "naive", "deliver"],
+        help="profile one case at concurrency 1 with pyinstrument instead of the table",
+    )
     args = parser.parse_args(argv)
 
     plan = SMOKE if args.smoke else Plan()
@@ -84,8 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     db.migrate()
     from .suite import Suite
 
-    suite = Suite(plan=plan, queue=queue, broker_url=args.broker_url, log=_log,
-                  output=Path(args.output), smoke=args.smoke)
+    suite = Suite(
+        plan=plan,
+        queue=queue,
+        broker_url=args.broker_url,
+        log=_log,
+        output=Path(args.output),
+        smoke=args.smoke,
+    )
     try:
         if args.profile:
             return suite.profile(args.profile)

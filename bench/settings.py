@@ -14,6 +14,9 @@ OUTBOX_ENQUEUE_ON_COMMIT = os.environ.get("OUTBOX_ENQUEUE_ON_COMMIT", "1") == "1
 # A queue of its own per run, so a bench never feeds (or drains) anyone else's workers.
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("BENCH_QUEUE", "bench")
 BENCH_WEBHOOK_SECRET = "whsec_bench"
-LOGGING = {"version": 1, "disable_existing_loggers": False,
-           "handlers": {"console": {"class": "logging.StreamHandler"}},
-           "root": {"handlers": ["console"], "level": "ERROR"}}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "ERROR"},
+}

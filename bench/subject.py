@@ -17,8 +17,8 @@ from typing import Any
 
 @dataclasses.dataclass(frozen=True)
 class Subject:
-    label: str                       # "app.model": the kernel's aggregate_type
-    model_path: str                  # "app.Model" for django.apps.get_model
+    label: str  # "app.model": the kernel's aggregate_type
+    model_path: str  # "app.Model" for django.apps.get_model
     # The forward path: state -> (event that moves it on, next state). Terminal states are absent.
     forward: dict[str, tuple[str, str]]
     # The event that led into each state (seeded in the transition table, replayed by the cases).
@@ -29,7 +29,7 @@ class Subject:
     extra_columns: Callable[[int], dict[str, Any]]
     # The service a real caller uses: (order_id, event, identity, payload) -> Outcome.
     apply_path: str
-    effect_suffix: dict[str, str]    # event -> outbox key suffix (the floor writes the same keys)
+    effect_suffix: dict[str, str]  # event -> outbox key suffix (the floor writes the same keys)
 
     def model(self):
         from django.apps import apps
@@ -39,8 +39,9 @@ class Subject:
     def apply(self, order_id: int, event: str, identity: str, payload: dict[str, Any]):
         from django.utils.module_loading import import_string
 
-        return import_string(self.apply_path)(order_id=order_id, event_type=event, identity=identity,
-                                              payload=payload)
+        return import_string(self.apply_path)(
+            order_id=order_id, event_type=event, identity=identity, payload=payload
+        )
 
     def state_of(self, order_id: int) -> str:
         """Generated aggregates are spread deterministically, so cases know states without a query."""
@@ -51,21 +52,42 @@ class Subject:
         return list(self.forward)
 
 
-_P, _PAID, _FUL, _SHIP, _DEL, _CAN = ("payment_pending", "paid", "fulfillment_pending", "shipped",
-                                      "delivered", "cancelled")
+_P, _PAID, _FUL, _SHIP, _DEL, _CAN = (
+    "payment_pending",
+    "paid",
+    "fulfillment_pending",
+    "shipped",
+    "delivered",
+    "cancelled",
+)
 
 BENCH_ORDER = Subject(
     label="bench_app.benchorder",
     model_path="bench_app.BenchOrder",
-    forward={_P: ("payment_captured", _PAID), _PAID: ("fulfillment_requested", _FUL),
-             _FUL: ("shipped", _SHIP), _SHIP: ("delivery_confirmed", _DEL)},
-    entered_by={_P: "created", _PAID: "payment_captured", _FUL: "fulfillment_requested",
-                _SHIP: "shipped", _DEL: "delivery_confirmed", _CAN: "cancel"},
+    forward={
+        _P: ("payment_captured", _PAID),
+        _PAID: ("fulfillment_requested", _FUL),
+        _FUL: ("shipped", _SHIP),
+        _SHIP: ("delivery_confirmed", _DEL),
+    },
+    entered_by={
+        _P: "created",
+        _PAID: "payment_captured",
+        _FUL: "fulfillment_requested",
+        _SHIP: "shipped",
+        _DEL: "delivery_confirmed",
+        _CAN: "cancel",
+    },
     spread=[_P] * 5 + [_PAID] * 4 + [_FUL] * 4 + [_SHIP] * 4 + [_DEL] * 2 + [_CAN],
     extra_columns=lambda i: {"reference": f"ord-{i}", "amount_cents": 1000 + i % 9000, "currency": "EUR"},
     apply_path="bench.bench_app.services.bench_order_apply_event",
-    effect_suffix={"payment_captured": "receipt", "fulfillment_requested": "pick-list",
-                   "shipped": "shipping-mail", "delivery_confirmed": "review-request", "cancel": "release"},
+    effect_suffix={
+        "payment_captured": "receipt",
+        "fulfillment_requested": "pick-list",
+        "shipped": "shipping-mail",
+        "delivery_confirmed": "review-request",
+        "cancel": "release",
+    },
 )
 
 SUBJECT = BENCH_ORDER
@@ -98,6 +120,7 @@ WEBHOOK = BENCH_WEBHOOK
 
 def payload_hash(event_type: str, payload: dict[str, Any]) -> str:
     """Same digest as workflow.kernel.payload_hash (kept import-free for the data generator)."""
-    body = json.dumps({"type": event_type, "payload": payload}, sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False)
+    body = json.dumps(
+        {"type": event_type, "payload": payload}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
     return hashlib.sha256(body.encode()).hexdigest()

@@ -81,6 +81,9 @@ class NaiveOrder(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     history = HistoricalRecords()
 
+    def __str__(self) -> str:
+        return f"naive order {self.pk} [{self.state}]"
+
     @transition(field=state, source=State.PAYMENT_PENDING, target=State.PAID)
     def payment_captured(self):
         pass

@@ -12,8 +12,9 @@ from .models import BenchOrder, NaiveOrder
 from .tasks import naive_effect
 
 
-def bench_order_apply_event(*, order_id: int, event_type: str, identity: str, payload: dict[str, Any],
-                            actor: str = "system:bench") -> kernel.Outcome:
+def bench_order_apply_event(
+    *, order_id: int, event_type: str, identity: str, payload: dict[str, Any], actor: str = "system:bench"
+) -> kernel.Outcome:
     return kernel.apply((BenchOrder, order_id), event_type, identity, payload, actor=actor)
 
 

@@ -1,4 +1,4 @@
-"""The naive baseline's side effect: a Celery task enqueued with delay_on_commit (never consumed in the bench)."""
+"""The naive baseline's side effect: a Celery task sent with delay_on_commit (the bench never consumes it)."""
 
 from celery import shared_task
 

@@ -45,6 +45,11 @@ class BenchOrderWebhookApi(APIView):
             order_id, event_type, identity = int(event["order_id"]), event["type"], event["id"]
         except (KeyError, TypeError, ValueError):
             raise ValidationFailed("event needs order_id, type and id")
-        outcome = bench_order_apply_event(order_id=order_id, event_type=event_type, identity=identity,
-                                          payload=event.get("data") or {}, actor="provider:bench")
+        outcome = bench_order_apply_event(
+            order_id=order_id,
+            event_type=event_type,
+            identity=identity,
+            payload=event.get("data") or {},
+            actor="provider:bench",
+        )
         return Response(outcome.as_dict())

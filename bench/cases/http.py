@@ -80,27 +80,55 @@ class WebhookWorker(Worker):
         self.conn.close()
 
 
-def run(pool: AggregatePool, *, concurrencies: tuple[int, ...], duration: float,
-        log: Callable[[str], None]) -> list[Row]:
+def run(
+    pool: AggregatePool, *, concurrencies: tuple[int, ...], duration: float, log: Callable[[str], None]
+) -> list[Row]:
     port = processes.free_port()
     server = processes.start(
-        [str(processes.BIN / "gunicorn"), "config.wsgi:application", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(GUNICORN_WORKERS), "--worker-class", "gthread", "--threads", str(GUNICORN_THREADS),
-         "--keep-alive", "30", "--backlog", "256", "--log-level", "warning"],
-        log_name="gunicorn")
+        [
+            str(processes.BIN / "gunicorn"),
+            "config.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(GUNICORN_WORKERS),
+            "--worker-class",
+            "gthread",
+            "--threads",
+            str(GUNICORN_THREADS),
+            "--keep-alive",
+            "30",
+            "--backlog",
+            "256",
+            "--log-level",
+            "warning",
+        ],
+        log_name="gunicorn",
+    )
     rows = []
     try:
         processes.wait_http(port, proc=server)
-        log(f"gunicorn on 127.0.0.1:{port} ({GUNICORN_WORKERS} workers x {GUNICORN_THREADS} threads); "
-            f"target: {WEBHOOK.label}")
+        log(
+            f"gunicorn on 127.0.0.1:{port} ({GUNICORN_WORKERS} workers x {GUNICORN_THREADS} threads); "
+            f"target: {WEBHOOK.label}"
+        )
         for c in concurrencies:
             failures: list[str] = []
             seconds, latencies, kinds = run_concurrent(
-                lambda n, f=failures: WebhookWorker(pool, port, 500 + n, f), concurrency=c, duration=duration,
-                warmup=min(1.0, duration / 5))
+                lambda n, f=failures: WebhookWorker(pool, port, 500 + n, f),
+                concurrency=c,
+                duration=duration,
+                warmup=min(1.0, duration / 5),
+            )
             kinds.setdefault("non-2xx", 0)
-            row = Row(case="4 http", variant="webhook path (bench endpoint)", concurrency=c,
-                      ops=sum(kinds.values()), seconds=seconds, kinds=dict(kinds))
+            row = Row(
+                case="4 http",
+                variant="webhook path (bench endpoint)",
+                concurrency=c,
+                ops=sum(kinds.values()),
+                seconds=seconds,
+                kinds=dict(kinds),
+            )
             row.notes = f"non-2xx={kinds['non-2xx']}" + (f" first: {failures[0][:160]}" if failures else "")
             if failures:
                 print(f"non-2xx answers at c{c}: {failures[:3]}", file=sys.stderr)

@@ -32,7 +32,9 @@ class KernelWorker(Worker):
         outcome = SUBJECT.apply(order_id, event, f"kernel:{self.tag}:{order_id}:{event}", {})
         self.pool.give_back(order_id, outcome.state)
         if outcome.result != "applied":
-            raise AssertionError(f"{event} on {order_id} in {state} answered {outcome.result}: {outcome.detail}")
+            raise AssertionError(
+                f"{event} on {order_id} in {state} answered {outcome.result}: {outcome.detail}"
+            )
         return "write"
 
     def teardown(self) -> None:
@@ -41,11 +43,27 @@ class KernelWorker(Worker):
         connection.close()
 
 
-def run(pool: AggregatePool, *, concurrency: int, duration: float, replay_fraction: float, variant: str,
-        case: str = "2 kernel") -> Row:
+def run(
+    pool: AggregatePool,
+    *,
+    concurrency: int,
+    duration: float,
+    replay_fraction: float,
+    variant: str,
+    case: str = "2 kernel",
+) -> Row:
     seconds, latencies, kinds = run_concurrent(
-        lambda n: KernelWorker(pool, replay_fraction, seed=1000 + n), concurrency=concurrency,
-        duration=duration, warmup=min(1.0, duration / 5))
-    row = Row(case=case, variant=variant, concurrency=concurrency, ops=sum(kinds.values()), seconds=seconds,
-              kinds=dict(kinds))
+        lambda n: KernelWorker(pool, replay_fraction, seed=1000 + n),
+        concurrency=concurrency,
+        duration=duration,
+        warmup=min(1.0, duration / 5),
+    )
+    row = Row(
+        case=case,
+        variant=variant,
+        concurrency=concurrency,
+        ops=sum(kinds.values()),
+        seconds=seconds,
+        kinds=dict(kinds),
+    )
     return fill_latency(row, latencies)

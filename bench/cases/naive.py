@@ -35,8 +35,15 @@ class NaiveWorker(Worker):
 
 
 def run(pool: AggregatePool, *, concurrency: int, duration: float) -> Row:
-    seconds, latencies, kinds = run_concurrent(lambda n: NaiveWorker(pool), concurrency=concurrency,
-                                               duration=duration, warmup=min(1.0, duration / 5))
-    row = Row(case="3 naive", variant="fsm+save+signal history+delay_on_commit", concurrency=concurrency,
-              ops=sum(kinds.values()), seconds=seconds, kinds=dict(kinds))
+    seconds, latencies, kinds = run_concurrent(
+        lambda n: NaiveWorker(pool), concurrency=concurrency, duration=duration, warmup=min(1.0, duration / 5)
+    )
+    row = Row(
+        case="3 naive",
+        variant="fsm+save+signal history+delay_on_commit",
+        concurrency=concurrency,
+        ops=sum(kinds.values()),
+        seconds=seconds,
+        kinds=dict(kinds),
+    )
     return fill_latency(row, latencies)

@@ -18,7 +18,11 @@ def printing_available() -> bool:
 
 def run() -> str:
     if not printing_available():
-        return ("7 print claims: not yet -- printing.PrintJob and its claim service are not on main; "
-                "the case is skipped (see bench/cases/printing.py for what it will measure)")
-    return ("7 print claims: not yet -- printing landed but this case has not been written against it; "
-            "see bench/cases/printing.py")
+        return (
+            "7 print claims: not yet -- printing.PrintJob and its claim service are not on main; "
+            "the case is skipped (see bench/cases/printing.py for what it will measure)"
+        )
+    return (
+        "7 print claims: not yet -- printing landed but this case has not been written against it; "
+        "see bench/cases/printing.py"
+    )

@@ -57,28 +57,56 @@ def _explain(conn: psycopg.Connection, sql: str, params: dict) -> str:
     return "\n".join(r[0] for r in rows)
 
 
-def _measure(conn, size_label: str, n: int, fresh_ids: range, *, ops: int, queries: int,
-             explain: dict[str, str]) -> list[Row]:
+def _measure(
+    conn, size_label: str, n: int, fresh_ids: range, *, ops: int, queries: int, explain: dict[str, str]
+) -> list[Row]:
     table = SUBJECT.model()._meta.db_table
     params = {"label": SUBJECT.label, "states": SUBJECT.waiting_states}
     rows = []
     pool = AggregatePool(fresh_ids, seed=n)  # untouched aggregates, spread over the whole table
-    seconds, latencies, kinds = run_concurrent(lambda i: kernel.KernelWorker(pool, 0.0, seed=n), concurrency=1,
-                                               duration=3600, max_ops=ops)
-    rows.append(fill_latency(Row(case="6 scale", variant=f"apply at {n:,} ({size_label})", concurrency=1,
-                                 ops=sum(kinds.values()), seconds=seconds, kinds=dict(kinds)), latencies))
-    for name, sql in (("waiting-states query", waiting_states_sql(table)), ("state counts", state_counts_sql(table))):
+    seconds, latencies, kinds = run_concurrent(
+        lambda i: kernel.KernelWorker(pool, 0.0, seed=n), concurrency=1, duration=3600, max_ops=ops
+    )
+    rows.append(
+        fill_latency(
+            Row(
+                case="6 scale",
+                variant=f"apply at {n:,} ({size_label})",
+                concurrency=1,
+                ops=sum(kinds.values()),
+                seconds=seconds,
+                kinds=dict(kinds),
+            ),
+            latencies,
+        )
+    )
+    for name, sql in (
+        ("waiting-states query", waiting_states_sql(table)),
+        ("state counts", state_counts_sql(table)),
+    ):
         _time_query(conn, sql, params, 3)  # warm
         lat = _time_query(conn, sql, params, queries)
-        rows.append(fill_latency(Row(case="6 scale", variant=f"{name} at {n:,} ({size_label})", concurrency=1,
-                                     ops=len(lat), seconds=sum(lat)), lat))
+        rows.append(
+            fill_latency(
+                Row(
+                    case="6 scale",
+                    variant=f"{name} at {n:,} ({size_label})",
+                    concurrency=1,
+                    ops=len(lat),
+                    seconds=sum(lat),
+                ),
+                lat,
+            )
+        )
         explain[f"{name.split()[0].replace('-', '_')}_{size_label}"] = (
-            f"-- {name} at {n} aggregates\n{sql}\n-- params {params}\n\n{_explain(conn, sql, params)}\n")
+            f"-- {name} at {n} aggregates\n{sql}\n-- params {params}\n\n{_explain(conn, sql, params)}\n"
+        )
     return rows
 
 
-def run(conn: psycopg.Connection, *, small: int, large: int, ops: int, queries: int,
-        log: Callable[[str], None]) -> tuple[list[Row], dict[str, str]]:
+def run(
+    conn: psycopg.Connection, *, small: int, large: int, ops: int, queries: int, log: Callable[[str], None]
+) -> tuple[list[Row], dict[str, str]]:
     explain: dict[str, str] = {}
     db.reset_subject(conn)
     db.generate_aggregates(conn, 1, small)
@@ -87,9 +115,13 @@ def run(conn: psycopg.Connection, *, small: int, large: int, ops: int, queries: 
     t0 = time.monotonic()
     db.generate_aggregates(conn, small + 1, large - small)
     _vacuum_analyze(conn)
-    log(f"scale: grew {SUBJECT.label} from {small:,} to {large:,} with COPY (+ VACUUM ANALYZE) "
-        f"in {time.monotonic() - t0:.0f}s")
-    rows += _measure(conn, "large", large, range(small + 1, large + 1), ops=ops, queries=queries, explain=explain)
+    log(
+        f"scale: grew {SUBJECT.label} from {small:,} to {large:,} with COPY (+ VACUUM ANALYZE) "
+        f"in {time.monotonic() - t0:.0f}s"
+    )
+    rows += _measure(
+        conn, "large", large, range(small + 1, large + 1), ops=ops, queries=queries, explain=explain
+    )
     for row in rows:
         if "state counts" in row.variant:
             row.notes = "informational: a full count is O(n); the dashboard needs estimates or counters"

@@ -28,8 +28,19 @@ def build_proposed_kernel():
         return None
     tmp = Path(tempfile.mkdtemp(prefix="bench-kernel-"))
     target = tmp / "proposed_kernel.py"
-    done = subprocess.run(["patch", "--silent", "--forward", "-o", str(target), str(ROOT / "workflow" / "kernel.py"),
-                           str(DIFF)], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            "patch",
+            "--silent",
+            "--forward",
+            "-o",
+            str(target),
+            str(ROOT / "workflow" / "kernel.py"),
+            str(DIFF),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         return None
     source = target.read_text()
