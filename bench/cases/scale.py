@@ -98,7 +98,8 @@ def _measure(
                 lat,
             )
         )
-        explain[f"{name.split()[0].replace('-', '_')}_{size_label}"] = (
+        slug = name.replace(" query", "").replace("-", "_").replace(" ", "_")
+        explain[f"{slug}_{size_label}"] = (
             f"-- {name} at {n} aggregates\n{sql}\n-- params {params}\n\n{_explain(conn, sql, params)}\n"
         )
     return rows

@@ -70,4 +70,4 @@ def test_table_explain_and_not_yet_line(smoke_run):
     report, stdout, results_dir = smoke_run
     assert "| ops/s |" in stdout
     assert any("7 print claims: not yet" in line for line in report["notes"]) or _rows(report, "7 print")
-    assert "Index Scan" in (results_dir / "explain_waiting_large.txt").read_text()
+    assert "Index Scan" in (results_dir / "explain_waiting_states_large.txt").read_text()
