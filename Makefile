@@ -8,7 +8,7 @@ DB_TAG := $(shell basename "$(CURDIR)" | tr -c 'a-zA-Z0-9\n' '_' | tr 'A-Z' 'a-z
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/ledgerflow_$(DB_TAG)
 PYTEST_ARGS ?=
 
-.PHONY: venv run test lint bench system-deps clean
+.PHONY: venv run test lint bench soak system-deps clean
 
 venv: $(VENV)/.installed
 
@@ -27,7 +27,12 @@ run: venv
 
 test: venv system-deps
 	DATABASE_URL="$(TEST_DATABASE_URL)" CELERY_BROKER_URL="$${CELERY_BROKER_URL:-redis://127.0.0.1:6379/15}" \
+		CELERY_TASK_DEFAULT_QUEUE="ledgerflow-test-$(DB_TAG)" \
 		$(PY) -m pytest $(PYTEST_ARGS)
+
+# The model-based protocol tests with a long search budget (make test runs them with a small one).
+soak: venv
+	DATABASE_URL="$(TEST_DATABASE_URL)" HYPOTHESIS_PROFILE=soak $(PY) -m pytest -q -k model_based $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

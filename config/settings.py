@@ -45,6 +45,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -137,14 +138,20 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "processed_folder": str(_broker_dir / "processed"),
         "store_processed": False,
     }
+# One queue per deployment (and per checkout in tests), so two apps sharing a Redis never swap work.
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "ledgerflow")
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Celery's Django fixup otherwise closes the DB connection around every task (a new connection per outbox item).
 CELERY_DB_REUSE_MAX = int(os.environ.get("CELERY_DB_REUSE_MAX", "1000"))
 CELERY_BEAT_SCHEDULE = {
-    "outbox-sweep": {"task": "workflow.tasks.sweep_outbox", "schedule": float(os.environ.get("OUTBOX_SWEEP_SECONDS", "5"))},
-    "timer-sweep": {"task": "workflow.tasks.sweep_timers", "schedule": float(os.environ.get("TIMER_SWEEP_SECONDS", "5"))},
+    "outbox-sweep": {"task": "workflow.tasks.sweep_outbox",
+                     "schedule": float(os.environ.get("OUTBOX_SWEEP_SECONDS", "5"))},
+    "timer-sweep": {"task": "workflow.tasks.sweep_timers",
+                    "schedule": float(os.environ.get("TIMER_SWEEP_SECONDS", "5"))},
+    "payments-reconcile": {"task": "payments.tasks.reconcile_payments",
+                           "schedule": float(os.environ.get("PAYMENTS_RECONCILE_SECONDS", "900"))},
 }
 # Whether a committed outbox item is also pushed to the broker at once (the sweep covers it either way).
 OUTBOX_ENQUEUE_ON_COMMIT = env_bool("OUTBOX_ENQUEUE_ON_COMMIT", True)
@@ -156,6 +163,8 @@ STRIPE_API_BASE = os.environ.get("STRIPE_API_BASE", "http://127.0.0.1:12111")
 # Comma-separated: more than one secret is accepted while a secret is being rotated.
 STRIPE_WEBHOOK_SECRETS = env_list("STRIPE_WEBHOOK_SECRET", "whsec_sandbox")
 STRIPE_WEBHOOK_TOLERANCE_SECONDS = int(os.environ.get("STRIPE_WEBHOOK_TOLERANCE_SECONDS", "300"))
+# Provider calls give up after this (then the outcome is unknown and the provider is queried).
+STRIPE_TIMEOUT_SECONDS = float(os.environ.get("STRIPE_TIMEOUT_SECONDS", "10"))
 
 LOGGING = {
     "version": 1,

@@ -16,5 +16,6 @@ urlpatterns = [
     path("healthz", workflow_api.healthz, name="healthz"),
     path("readyz", workflow_api.readyz, name="readyz"),
     path("api/v1/", include(api_v1)),
+    path("api/v1/", include("payments.urls")),
     path("admin/", admin.site.urls),
 ]

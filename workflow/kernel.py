@@ -472,7 +472,8 @@ def _restore(instance: models.Model, before: dict[str, Any]) -> None:
 # --- reading the record ------------------------------------------------------------------------
 def timeline(aggregate: StateMachine) -> models.QuerySet[Transition]:
     """Every classified event of one aggregate, oldest first (rejections included)."""
-    return Transition.objects.filter(aggregate_type=aggregate.aggregate_label(), aggregate_id=aggregate.pk).order_by("id")
+    return Transition.objects.filter(aggregate_type=aggregate.aggregate_label(),
+                                     aggregate_id=aggregate.pk).order_by("id")
 
 
 def replay(aggregate: StateMachine) -> tuple[str, int]:

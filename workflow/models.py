@@ -11,8 +11,8 @@ import secrets
 
 from django.db import models
 from django.db.models import Q
-from django_fsm import FSMField, transition
 from django.utils import timezone
+from django_fsm import FSMField, transition
 
 from .machine import StateMachine, WaitPolicy
 
@@ -71,7 +71,8 @@ class Transition(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.aggregate_type}#{self.aggregate_id} {self.event_type} {self.from_state}->{self.to_state} ({self.result})"
+        return (f"{self.aggregate_type}#{self.aggregate_id} {self.event_type} "
+                f"{self.from_state}->{self.to_state} ({self.result})")
 
 
 class OutboxItem(StateMachine):
@@ -165,6 +166,9 @@ class OutboxAttempt(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["item", "number"], name="outbox_attempt_once")]
 
+    def __str__(self) -> str:
+        return f"attempt {self.number} of outbox#{self.item_id}"
+
 
 class Timer(models.Model):
     """A durable clock event. Identity: (aggregate, timer type, scheduled_at).
@@ -198,6 +202,9 @@ class Timer(models.Model):
             models.Index(fields=["aggregate_type", "aggregate_id"], name="timer_aggregate"),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.timer_type} for {self.aggregate_type}#{self.aggregate_id} at {self.scheduled_at:%Y-%m-%d %H:%M}"
+
     @property
     def identity(self) -> str:
         return f"timer:{self.timer_type}:{self.scheduled_at.isoformat()}"
@@ -223,6 +230,9 @@ class IdempotencyClaim(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["scope", "key"], name="idempotency_claim_once")]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.status})"
 
 
 def _hash_secret(secret: str) -> str:

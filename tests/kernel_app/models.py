@@ -53,12 +53,12 @@ class Parcel(StateMachine):
     @transition(field=state, source=State.CREATED, target=State.PACKED, conditions=[has_address])
     def pack(self, ctx):
         self.weight_grams = int(ctx.payload["weight_grams"])
-        ctx.emit("workflow.noop", key=f"parcel:{self.pk}:packing-slip", payload={"parcel": self.pk})
+        ctx.emit("parcel.notify", key=f"parcel:{self.pk}:packing-slip", payload={"parcel": self.pk})
 
     @transition(field=state, source=State.PACKED, target=State.SHIPPED, conditions=[weight_matches])
     def ship(self, ctx):
         self.booking = ctx.payload["booking"]
-        ctx.emit("workflow.noop", key=f"parcel:{self.pk}:carrier-handoff:{self.booking}")
+        ctx.emit("parcel.notify", key=f"parcel:{self.pk}:carrier-handoff:{self.booking}")
 
     @transition(field=state, source=State.SHIPPED, target=State.SHIPPED)
     def rebook(self, ctx):

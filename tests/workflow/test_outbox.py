@@ -71,7 +71,7 @@ def test_successful_delivery_records_attempt_and_result():
 
     item.refresh_from_db()
     assert (item.state, item.attempts, item.result) == ("delivered", 1, {"echo": "key-ok"})
-    assert CALLS == [item.pk]
+    assert [item.pk] == CALLS
     attempt = OutboxAttempt.objects.get(item=item)
     assert attempt.succeeded and attempt.number == 1
     assert outbox.deliver_one() is None  # delivered items are never claimed again
