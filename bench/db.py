@@ -55,9 +55,7 @@ def _tables(subject: Subject) -> tuple[str, str]:
 def reset_subject(conn: psycopg.Connection, subject: Subject = SUBJECT) -> None:
     """Empty the machine and the kernel tables (TRUNCATE: the transition table refuses DELETE)."""
     table, history = _tables(subject)
-    names = [table, "workflow_transition", "workflow_outboxitem", "workflow_timer"] + (
-        [history] if history else []
-    )
+    names = [table, "workflow_transition", "workflow_outboxitem", "workflow_timer"] + ([history] if history else [])
     conn.execute(f"TRUNCATE {', '.join(names)} RESTART IDENTITY CASCADE")
     conn.commit()
 
@@ -83,9 +81,7 @@ def _copy(conn: psycopg.Connection, table: str, columns: list[str], rows) -> Non
         copy.write(buf.getvalue())
 
 
-def generate_aggregates(
-    conn: psycopg.Connection, first_id: int, count: int, subject: Subject = SUBJECT
-) -> None:
+def generate_aggregates(conn: psycopg.Connection, first_id: int, count: int, subject: Subject = SUBJECT) -> None:
     """COPY ``count`` aggregates (ids first_id..) spread over the states, each with the transition
     record that brought it into its state (identity ``seed:<id>``, empty payload) so replays find it."""
     model = subject.model()
@@ -93,9 +89,7 @@ def generate_aggregates(
     base = datetime.now(UTC) - timedelta(days=30)
     ids = range(first_id, first_id + count)
     extra_names = list(subject.extra_columns(0))
-    version_of = {
-        s: n + 1 for n, s in enumerate(["payment_pending", *[t for _, t in subject.forward.values()]])
-    }
+    version_of = {s: n + 1 for n, s in enumerate(["payment_pending", *[t for _, t in subject.forward.values()]])}
 
     def aggregate_rows():
         for i in ids:
@@ -176,9 +170,7 @@ def generate_naive(conn: psycopg.Connection, count: int, subject: Subject = SUBJ
     conn.commit()
 
 
-def generate_outbox_backlog(
-    conn: psycopg.Connection, count: int, effect_type: str = "workflow.noop"
-) -> list[int]:
+def generate_outbox_backlog(conn: psycopg.Connection, count: int, effect_type: str = "workflow.noop") -> list[int]:
     # ids keep growing: transition records of earlier items (identity "attempt:1") must never match a new one
     conn.execute("TRUNCATE workflow_outboxitem CASCADE")
     now = datetime.now(UTC) - timedelta(seconds=5)

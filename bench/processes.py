@@ -25,9 +25,7 @@ def start(argv: list[str], *, log_name: str, extra_env: dict[str, str] | None = 
     log_dir.mkdir(parents=True, exist_ok=True)
     log = open(log_dir / f"{log_name}.log", "wb")  # noqa: SIM115 - lives as long as the process
     env = {**os.environ, **(extra_env or {})}
-    return subprocess.Popen(
-        argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
@@ -45,9 +43,7 @@ def stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
         proc.wait(5)
 
 
-def wait_http(
-    port: int, path: str = "/healthz", timeout: float = 30.0, proc: subprocess.Popen | None = None
-) -> None:
+def wait_http(port: int, path: str = "/healthz", timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
     import http.client
 
     deadline = time.monotonic() + timeout

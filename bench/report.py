@@ -95,9 +95,7 @@ def apply_ratios(rows: list[Row], *, smoke: bool = False) -> None:
                 (
                     r
                     for r in rows
-                    if r.case == "6 scale"
-                    and r.variant.startswith(what + " at ")
-                    and r.variant.endswith("(small)")
+                    if r.case == "6 scale" and r.variant.startswith(what + " at ") and r.variant.endswith("(small)")
                 ),
                 None,
             )

@@ -19,6 +19,7 @@ ALL_CASES = ("floor", "kernel", "naive", "http", "outbox", "scale", "printing")
 @dataclasses.dataclass(frozen=True)
 class Plan:
     aggregates: int = 100_000
+    payment_attempts: int = 100_000
     duration: float = 5.0
     concurrencies: tuple[int, ...] = (1, 16)
     http_concurrencies: tuple[int, ...] = (1, 8, 32)
@@ -33,6 +34,7 @@ class Plan:
 
 SMOKE = Plan(
     aggregates=4000,
+    payment_attempts=4000,
     duration=1.0,
     concurrencies=(1, 4),
     http_concurrencies=(1, 4),

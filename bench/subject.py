@@ -39,9 +39,7 @@ class Subject:
     def apply(self, order_id: int, event: str, identity: str, payload: dict[str, Any]):
         from django.utils.module_loading import import_string
 
-        return import_string(self.apply_path)(
-            order_id=order_id, event_type=event, identity=identity, payload=payload
-        )
+        return import_string(self.apply_path)(order_id=order_id, event_type=event, identity=identity, payload=payload)
 
     def state_of(self, order_id: int) -> str:
         """Generated aggregates are spread deterministically, so cases know states without a query."""
@@ -93,7 +91,9 @@ BENCH_ORDER = Subject(
 SUBJECT = BENCH_ORDER
 
 
-# --- the HTTP case's target -----------------------------------------------------------------------
+# --- the HTTP case's bench target -------------------------------------------------------------------
+# Case 4 measures the real payments webhook (bench/cases/http_payments.py) whenever its URL resolves, and
+# this bench endpoint always: the kernel behind a signed webhook-style view, on the subject's machine.
 @dataclasses.dataclass(frozen=True)
 class Webhook:
     label: str

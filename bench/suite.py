@@ -47,9 +47,7 @@ class Suite:
         db.analyze(self.conn)
         self.pool = AggregatePool(range(1, n + 1))
         self.naive_pool = AggregatePool(range(1, n + 1))
-        self.log(
-            f"generated {n} {SUBJECT.label} + {n} naive orders with COPY in {time.monotonic() - t0:.1f}s"
-        )
+        self.log(f"generated {n} {SUBJECT.label} + {n} naive orders with COPY in {time.monotonic() - t0:.1f}s")
 
     def add(self, row: Row) -> Row:
         self.rows.append(row)
@@ -128,6 +126,8 @@ class Suite:
                 concurrencies=self.plan.http_concurrencies,
                 duration=self.plan.duration,
                 log=self.log,
+                conn=self.conn,
+                attempts=self.plan.payment_attempts,
             ):
                 self.add(row)
         if "outbox" in cases:
@@ -252,9 +252,7 @@ class Suite:
             ops += 1
         profiler.stop()
         worker.teardown()
-        self.log(
-            f"profiled {ops} {which} writes in {self.plan.duration:.0f}s ({ops / self.plan.duration:.0f}/s)"
-        )
+        self.log(f"profiled {ops} {which} writes in {self.plan.duration:.0f}s ({ops / self.plan.duration:.0f}/s)")
         self.output.parent.mkdir(parents=True, exist_ok=True)
         text = profiler.output_text(unicode=False, color=False, show_all=False)
         path = self.output.parent / f"profile_{which}.txt"

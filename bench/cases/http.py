@@ -80,8 +80,24 @@ class WebhookWorker(Worker):
         self.conn.close()
 
 
+def payments_webhook_available() -> bool:
+    from django.urls import NoReverseMatch, reverse
+
+    try:
+        reverse("payments-webhook", kwargs={"provider": "sandbox"})
+    except NoReverseMatch:
+        return False
+    return True
+
+
 def run(
-    pool: AggregatePool, *, concurrencies: tuple[int, ...], duration: float, log: Callable[[str], None]
+    pool: AggregatePool,
+    *,
+    concurrencies: tuple[int, ...],
+    duration: float,
+    log: Callable[[str], None],
+    conn=None,
+    attempts: int = 0,
 ) -> list[Row]:
     port = processes.free_port()
     server = processes.start(
@@ -110,8 +126,24 @@ def run(
         processes.wait_http(port, proc=server)
         log(
             f"gunicorn on 127.0.0.1:{port} ({GUNICORN_WORKERS} workers x {GUNICORN_THREADS} threads); "
-            f"target: {WEBHOOK.label}"
+            f"bench target: {WEBHOOK.label}"
         )
+        if conn is not None and attempts and payments_webhook_available():
+            from . import http_payments
+
+            http_payments.generate_attempts(conn, attempts)
+            attempt_pool = http_payments.AttemptPool(attempts)
+            for c in concurrencies:
+                failures: list[str] = []
+                seconds, latencies, kinds = run_concurrent(
+                    lambda n, f=failures: http_payments.PaymentsWebhookWorker(attempt_pool, port, 900 + n, f),
+                    concurrency=c,
+                    duration=duration,
+                    warmup=min(1.0, duration / 5),
+                )
+                rows.append(_row("payments webhook (real)", c, seconds, latencies, kinds, failures))
+        else:
+            log("payments webhook endpoint not available: only the bench endpoint is measured")
         for c in concurrencies:
             failures: list[str] = []
             seconds, latencies, kinds = run_concurrent(
@@ -120,19 +152,21 @@ def run(
                 duration=duration,
                 warmup=min(1.0, duration / 5),
             )
-            kinds.setdefault("non-2xx", 0)
-            row = Row(
-                case="4 http",
-                variant="webhook path (bench endpoint)",
-                concurrency=c,
-                ops=sum(kinds.values()),
-                seconds=seconds,
-                kinds=dict(kinds),
-            )
-            row.notes = f"non-2xx={kinds['non-2xx']}" + (f" first: {failures[0][:160]}" if failures else "")
-            if failures:
-                print(f"non-2xx answers at c{c}: {failures[:3]}", file=sys.stderr)
-            rows.append(fill_latency(row, latencies))
+            rows.append(_row("bench endpoint (signed event -> apply)", c, seconds, latencies, kinds, failures))
     finally:
         processes.stop(server)
     return rows
+
+
+def _row(variant: str, c: int, seconds: float, latencies: list[float], kinds, failures: list[str]) -> Row:
+    kinds.setdefault("non-2xx", 0)
+    row = Row(
+        case="4 http", variant=variant, concurrency=c, ops=sum(kinds.values()), seconds=seconds, kinds=dict(kinds)
+    )
+    row.notes = f"non-2xx={kinds['non-2xx']} " + " ".join(
+        f"{k}={v}" for k, v in sorted(kinds.items()) if k != "non-2xx"
+    )
+    if failures:
+        row.notes += f" first failure: {failures[0][:160]}"
+        print(f"non-2xx answers at c{c}: {failures[:3]}", file=sys.stderr)
+    return fill_latency(row, latencies)

@@ -32,9 +32,7 @@ class KernelWorker(Worker):
         outcome = SUBJECT.apply(order_id, event, f"kernel:{self.tag}:{order_id}:{event}", {})
         self.pool.give_back(order_id, outcome.state)
         if outcome.result != "applied":
-            raise AssertionError(
-                f"{event} on {order_id} in {state} answered {outcome.result}: {outcome.detail}"
-            )
+            raise AssertionError(f"{event} on {order_id} in {state} answered {outcome.result}: {outcome.detail}")
         return "write"
 
     def teardown(self) -> None:

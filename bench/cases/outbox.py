@@ -47,9 +47,7 @@ def purge_queue(broker_url: str, queue: str) -> None:
     import redis
 
     client = redis.Redis.from_url(broker_url)
-    keys = list(client.scan_iter(match=f"{queue}*")) + list(
-        client.scan_iter(match=f"_kombu.binding.{queue}*")
-    )
+    keys = list(client.scan_iter(match=f"{queue}*")) + list(client.scan_iter(match=f"_kombu.binding.{queue}*"))
     if keys:
         client.delete(*keys)
     client.close()
@@ -111,9 +109,7 @@ def _celery_phase(conn, *, workers: int, window: float, queue: str, log) -> Row:
         start_count, deadline = _delivered(conn), time.monotonic() + 60
         while _delivered(conn) < start_count + 20 * workers:  # every worker is up and delivering
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                raise RuntimeError(
-                    "celery workers did not start delivering (see bench/results/celery-worker-*.log)"
-                )
+                raise RuntimeError("celery workers did not start delivering (see bench/results/celery-worker-*.log)")
             time.sleep(0.1)
         time.sleep(0.5)
         c0, t0 = _delivered(conn), time.time()

@@ -120,9 +120,7 @@ def run(
         f"scale: grew {SUBJECT.label} from {small:,} to {large:,} with COPY (+ VACUUM ANALYZE) "
         f"in {time.monotonic() - t0:.0f}s"
     )
-    rows += _measure(
-        conn, "large", large, range(small + 1, large + 1), ops=ops, queries=queries, explain=explain
-    )
+    rows += _measure(conn, "large", large, range(small + 1, large + 1), ops=ops, queries=queries, explain=explain)
     for row in rows:
         if "state counts" in row.variant:
             row.notes = "informational: a full count is O(n); the dashboard needs estimates or counters"
