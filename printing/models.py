@@ -220,6 +220,8 @@ class PrintJob(StateMachine):
             # The claim: a station's oldest pending job.
             models.Index(fields=["station", "created_at", "id"], name="print_job_claimable",
                          condition=Q(state="pending")),
+            # "Did it print?" by the business object the job came from.
+            models.Index(fields=["business_object_id", "business_object_type"], name="print_job_business_object"),
             models.Index(fields=["terminal_at"], name="print_job_purge_due",
                          condition=Q(content_purged_at__isnull=True, terminal_at__isnull=False)),
         ]
