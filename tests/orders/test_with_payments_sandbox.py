@@ -115,3 +115,43 @@ def test_capture_webhook_replayed_is_already_applied(payments_port, place_order,
     order = Order.objects.get(pk=order.pk)
     assert order.state == "paid"
     assert Transition.objects.filter(aggregate_type="orders.order", aggregate_id=order.pk).count() == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_operator_retries_a_failed_refund_through_payments(payments_port, place_order, live_server):
+    """The refund fails at the provider (signed webhook); the order keeps waiting in refund_pending
+    with operators flagged; an operator retries it with actor and reason; its success cancels the order."""
+    from orders.services import order_retry_refund
+    from workflow.errors import ValidationFailed
+
+    payments_port.configure(webhook_url=f"{live_server.url}/api/v1/webhooks/payments/sandbox",
+                            refund_initial_status="pending")
+    order = place_order(1)
+    drain()
+    order_cancel(order_id=order.pk, actor="buyer")
+    drain()
+    payments_port.wait_webhooks_idle()
+    refund = Refund.objects.get()
+    assert refund.state == "pending"
+
+    payments_port.settle_refund(refund.provider_refund_id, "failed")
+    payments_port.wait_webhooks_idle()
+
+    order = Order.objects.get(pk=order.pk)
+    assert (order.state, Refund.objects.get().state) == ("refund_pending", "failed")
+    assert "failed" in order.attention
+
+    with pytest.raises(ValidationFailed):
+        order_retry_refund(order_id=order.pk, actor="operator:ana", reason="")
+    payments_port.configure(refund_initial_status="succeeded")
+    retried = order_retry_refund(order_id=order.pk, actor="operator:ana", reason="card reissued, ticket 77")
+    drain()
+    payments_port.wait_webhooks_idle()
+
+    assert retried.result == "applied"
+    order = Order.objects.get(pk=order.pk)
+    assert (order.state, Refund.objects.get().state) == ("cancelled", "succeeded")
+    row = Transition.objects.get(pk=retried.transition_id)
+    assert (row.event_type, row.actor, row.reason) == ("retry", "operator:ana", "card reissued, ticket 77")
+    statuses = sorted(r["status"] for r in payments_port.ledger()["refunds"])
+    assert statuses == ["failed", "succeeded"]
