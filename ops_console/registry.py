@@ -131,6 +131,8 @@ class ConsoleMachine:
     sections: list[Section] = dataclasses.field(default_factory=list)
     repairs: list[Repair] = dataclasses.field(default_factory=list)
     generic_repairs: bool = True
+    # An app's own words appended to the console's one-line "why" (e.g. a print job's unknown_reason).
+    why: Callable[[StateMachine], str | None] | None = None
     # state -> classification for states that mean it by themselves, e.g. {"failed": "retries_exhausted"}
     state_classification: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -240,6 +242,7 @@ def register(
     repairs: Iterable[Repair] = (),
     generic_repairs: bool = True,
     state_classification: dict[str, str] | None = None,
+    why=None,
 ) -> ConsoleMachine:
     """Register (or extend) the console's knowledge of one machine. Calling it twice merges."""
     entry = _machines.get(model.aggregate_label()) or ConsoleMachine(model=model)
@@ -247,6 +250,7 @@ def register(
     entry.owner = owner or entry.owner
     entry.current_attempt = current_attempt or entry.current_attempt
     entry.search = search or entry.search
+    entry.why = why or entry.why
     known = {r.key for r in entry.repairs}
     entry.sections.extend(sections)
     entry.repairs.extend(r for r in repairs if r.key not in known)

@@ -452,7 +452,20 @@ def explain(
     timeline: list[Transition],
     outbox_items: list[OutboxItem],
 ) -> str:
-    """One sentence for support: why the record is where it is, from the same facts as the waiting list."""
+    """One sentence for support: why the record is where it is, from the same facts as the waiting list
+    (plus the app's own words when it registered ``why``)."""
+    text = _explain(aggregate, row, timeline, outbox_items)
+    entry = machine_entry(type(aggregate))
+    extra = entry.why(aggregate) if entry.why is not None else None
+    return f"{text} {extra.strip()}" if extra and extra.strip() else text
+
+
+def _explain(
+    aggregate: StateMachine,
+    row: WaitingRow | None,
+    timeline: list[Transition],
+    outbox_items: list[OutboxItem],
+) -> str:
     if row is None:
         return f"Finished: {aggregate.state} is a final state."
     model = type(aggregate)

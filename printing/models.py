@@ -222,6 +222,8 @@ class PrintJob(StateMachine):
             # The claim: a station's oldest pending job.
             models.Index(fields=["station", "created_at", "id"], name="print_job_claimable",
                          condition=Q(state="pending")),
+            # The console's waiting list and dashboard: state filter, oldest first.
+            models.Index(fields=["state", "entered_state_at"], name="print_job_state_age"),
             models.Index(fields=["terminal_at"], name="print_job_purge_due",
                          condition=Q(content_purged_at__isnull=True, terminal_at__isnull=False)),
         ]
