@@ -135,6 +135,10 @@ class ConsoleMachine:
     why: Callable[[StateMachine], str | None] | None = None
     # state -> classification for states that mean it by themselves, e.g. {"failed": "retries_exhausted"}
     state_classification: dict[str, str] = dataclasses.field(default_factory=dict)
+    # (SQL condition over the machine's row aliased ``a``, classification): checked in order, after the
+    # evidence rule and before owed work. Trusted code, never user input; write a literal % as %%. E.g.:
+    # ("a.state = 'refund_pending' AND <last applied event is refund_failed>", "retries_exhausted").
+    sql_classification: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
     # --- what the console asks --------------------------------------------------------------
     def title_of(self, aggregate: StateMachine) -> str:
@@ -243,6 +247,7 @@ def register(
     generic_repairs: bool = True,
     state_classification: dict[str, str] | None = None,
     why=None,
+    sql_classification: Iterable[tuple[str, str]] = (),
 ) -> ConsoleMachine:
     """Register (or extend) the console's knowledge of one machine. Calling it twice merges."""
     entry = _machines.get(model.aggregate_label()) or ConsoleMachine(model=model)
@@ -255,8 +260,12 @@ def register(
     entry.sections.extend(sections)
     entry.repairs.extend(r for r in repairs if r.key not in known)
     entry.generic_repairs = generic_repairs
+    valid = {"waiting_normally", "retry_scheduled", "retries_exhausted", "evidence_conflicts"}
+    for condition, classification in sql_classification:
+        if classification not in valid:
+            raise ValueError(f"sql_classification for {model.aggregate_label()}: unknown {classification!r}")
+        entry.sql_classification.append((condition, classification))
     if state_classification:
-        valid = {"waiting_normally", "retry_scheduled", "retries_exhausted", "evidence_conflicts"}
         unknown = {c for c in state_classification.values() if c not in valid} | (
             set(state_classification) - set(model.all_states())
         )

@@ -228,3 +228,28 @@ def test_support_answers_did_it_print_and_an_operator_settles_the_unknown_job(pa
     assert page.locator("#current-state").inner_text() == "failed"
     entry = page.locator("#timeline tr[data-event=operator_settled]")
     assert "user:olga-operator" in entry.inner_text() and "walked to the printer" in entry.inner_text()
+
+
+def test_operator_retries_the_dead_refund_of_a_refund_pending_order(page, live_server, scenario):
+    from .test_integrations import order_with_dead_refund
+
+    order, item = order_with_dead_refund()
+    log_in(page, live_server, "olga-operator")
+    page.goto(f"{live_server.url}/console/waiting/?machine=orders.order&classification=retries_exhausted")
+    row = page.locator(f"#waiting tr[data-machine='orders.order'][data-id='{order.pk}']")
+    assert "refund_pending" in row.inner_text() and "503" in row.inner_text()
+    shot(page, "17-waiting-orders-exhausted")
+    row.locator("a").first.click()
+    assert page.locator("#current-state").inner_text() == "refund_pending"
+    assert page.inner_text("#why").startswith("Automatic retries exhausted")
+    shot(page, "18-order-refund-dead-detail")
+    page.fill("#repair-retry-refund textarea[name=retry-refund-reason]", "provider outage over (status page)")
+    page.click("#repair-retry-refund button[type=submit]")
+    assert "pending" in page.inner_text("#preview")
+    page.click("#confirm")
+    page.click("#back-to-record")
+    entry = page.locator("#outbox .item-repair[data-event=requeue]")
+    assert "user:olga-operator" in entry.inner_text() and "provider outage over" in entry.inner_text()
+    item.refresh_from_db()
+    assert item.state == "pending"
+    shot(page, "19-order-after-refund-retry")

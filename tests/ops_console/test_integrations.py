@@ -137,3 +137,60 @@ def test_support_cannot_settle_or_retry(support_client):
     job.refresh_from_db()
     refund.refresh_from_db()
     assert (job.state, refund.state) == ("unknown", "failed")
+
+
+def order_with_dead_refund():
+    """An order in refund_pending whose refund promise died after its automatic retries."""
+    from tests.orders.samples import build_order
+    from workflow import outbox
+    from workflow.models import OutboxItem
+
+    order = build_order("refund_pending")
+    item = kernel.create(
+        OutboxItem,
+        actor="test",
+        effect_type="console_test.provider_down",
+        effect_key=order.refund_key,
+        aggregate_type="orders.order",
+        aggregate_id=order.pk,
+        max_attempts=1,
+    )
+    assert outbox.deliver_one(item.pk) == "retries_exhausted"
+    return order, OutboxItem.objects.get(pk=item.pk)
+
+
+def test_order_with_a_dead_refund_is_retried_from_the_order_page(operator_client):
+    order, item = order_with_dead_refund()
+    rows = waiting_list(WaitingFilter(machine="orders.order", aggregate_id=order.pk)).rows
+    assert rows[0].classification == Classification.RETRIES_EXHAUSTED and "503" in rows[0].last_error
+    page = operator_client.get(reverse("console:detail", args=["orders.order", order.pk])).content.decode()
+    assert "/repair/retry-refund/" in page and "Reservations, payment attempts and refunds" in page
+    url = reverse("console:repair", args=["orders.order", order.pk, "retry-refund"])
+    preview = operator_client.post(url, {"retry-refund-reason": "provider back", "action": "preview"})
+    assert "<b>pending</b>" in preview.content.decode()
+    operator_client.post(
+        url, {"retry-refund-reason": "provider back", "action": "submit", "previewed_version": str(order.state_version)}
+    )
+    item.refresh_from_db()
+    assert item.state == "pending"
+    page = operator_client.get(reverse("console:detail", args=["orders.order", order.pk])).content.decode()
+    assert "by user:olga-operator" in page and "provider back" in page
+
+
+def test_order_whose_refund_failed_at_the_provider_is_retries_exhausted():
+    from tests.orders.samples import build_order
+
+    order = build_order("refund_pending")
+    assert waiting_list(WaitingFilter(machine="orders.order", aggregate_id=order.pk)).rows[0].classification == (
+        Classification.WAITING_NORMALLY
+    )
+    outcome = kernel.apply(
+        order,
+        "refund_failed",
+        "refund:failed:1",
+        {"refund_key": order.refund_key, "error": "card closed"},
+        actor="payments",
+    )
+    assert outcome.result == "applied"
+    row = waiting_list(WaitingFilter(machine="orders.order", aggregate_id=order.pk)).rows[0]
+    assert row.classification == Classification.RETRIES_EXHAUSTED
