@@ -318,6 +318,7 @@ class StateCount:
     oldest_entered_at: datetime | None = None
     overdue_after: int | None = None
     owner: str = ""
+    repairable_final: bool = False  # final for automation; an operator repairs out of it
 
     @property
     def oldest_age_seconds(self) -> float | None:
@@ -362,7 +363,8 @@ def machine_summaries() -> list[MachineSummary]:
                 count=counts.get(state, 0),
                 terminal=terminal,
                 overdue_after=policy.overdue_after_seconds if policy else None,
-                owner=policy.owner if policy else "",
+                owner=policy.owner if policy else "operators",
+                repairable_final=state in model.TERMINAL_STATES and state in waiting,
             )
             if state in waiting and item.count:
                 oldest = (
