@@ -131,8 +131,14 @@ class ConsoleMachine:
     sections: list[Section] = dataclasses.field(default_factory=list)
     repairs: list[Repair] = dataclasses.field(default_factory=list)
     generic_repairs: bool = True
+    # An app's own words appended to the console's one-line "why" (e.g. a print job's unknown_reason).
+    why: Callable[[StateMachine], str | None] | None = None
     # state -> classification for states that mean it by themselves, e.g. {"failed": "retries_exhausted"}
     state_classification: dict[str, str] = dataclasses.field(default_factory=dict)
+    # (SQL condition over the machine's row aliased ``a``, classification): checked in order, after the
+    # evidence rule and before owed work. Trusted code, never user input; write a literal % as %%. E.g.:
+    # ("a.state = 'refund_pending' AND <last applied event is refund_failed>", "retries_exhausted").
+    sql_classification: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
     # --- what the console asks --------------------------------------------------------------
     def title_of(self, aggregate: StateMachine) -> str:
@@ -240,6 +246,8 @@ def register(
     repairs: Iterable[Repair] = (),
     generic_repairs: bool = True,
     state_classification: dict[str, str] | None = None,
+    why=None,
+    sql_classification: Iterable[tuple[str, str]] = (),
 ) -> ConsoleMachine:
     """Register (or extend) the console's knowledge of one machine. Calling it twice merges."""
     entry = _machines.get(model.aggregate_label()) or ConsoleMachine(model=model)
@@ -247,12 +255,17 @@ def register(
     entry.owner = owner or entry.owner
     entry.current_attempt = current_attempt or entry.current_attempt
     entry.search = search or entry.search
+    entry.why = why or entry.why
     known = {r.key for r in entry.repairs}
     entry.sections.extend(sections)
     entry.repairs.extend(r for r in repairs if r.key not in known)
     entry.generic_repairs = generic_repairs
+    valid = {"waiting_normally", "retry_scheduled", "retries_exhausted", "evidence_conflicts"}
+    for condition, classification in sql_classification:
+        if classification not in valid:
+            raise ValueError(f"sql_classification for {model.aggregate_label()}: unknown {classification!r}")
+        entry.sql_classification.append((condition, classification))
     if state_classification:
-        valid = {"waiting_normally", "retry_scheduled", "retries_exhausted", "evidence_conflicts"}
         unknown = {c for c in state_classification.values() if c not in valid} | (
             set(state_classification) - set(model.all_states())
         )

@@ -153,9 +153,12 @@ def _branch(model: type[StateMachine], flt: WaitingFilter, now: datetime) -> tup
         f"AND t.aggregate_id = a.id ORDER BY t.id DESC LIMIT 1) lt ON true"
     )
     forced = {k: v for k, v in state_classes(model).items() if k in states}
-    if forced:
-        forced_sql = "CASE a.state " + " ".join("WHEN %s THEN %s" for _ in forced) + " END::text AS forced_class"
-        forced_params: list[Any] = [x for pair in forced.items() for x in pair]
+    conditions = machine_entry(model).sql_classification
+    if forced or conditions:
+        whens = [f"WHEN ({condition}) THEN %s" for condition, _ in conditions]
+        whens += ["WHEN a.state = %s THEN %s" for _ in forced]
+        forced_sql = "CASE " + " ".join(whens) + " END::text AS forced_class"
+        forced_params: list[Any] = [c for _, c in conditions] + [x for pair in forced.items() for x in pair]
     else:
         forced_sql, forced_params = "CAST(NULL AS text) AS forced_class", []
     if model is OutboxItem:
@@ -315,6 +318,7 @@ class StateCount:
     oldest_entered_at: datetime | None = None
     overdue_after: int | None = None
     owner: str = ""
+    repairable_final: bool = False  # final for automation; an operator repairs out of it
 
     @property
     def oldest_age_seconds(self) -> float | None:
@@ -359,7 +363,8 @@ def machine_summaries() -> list[MachineSummary]:
                 count=counts.get(state, 0),
                 terminal=terminal,
                 overdue_after=policy.overdue_after_seconds if policy else None,
-                owner=policy.owner if policy else "",
+                owner=policy.owner if policy else "operators",
+                repairable_final=state in model.TERMINAL_STATES and state in waiting,
             )
             if state in waiting and item.count:
                 oldest = (
@@ -421,8 +426,17 @@ def aggregate_outbox(aggregate: StateMachine):
     attempts: dict[int, list[OutboxAttempt]] = {}
     for attempt in OutboxAttempt.objects.filter(item__in=items).order_by("item_id", "number"):
         attempts.setdefault(attempt.item_id, []).append(attempt)
+    # Operator records on the items (requeues with actor and reason) show on the owner's page too.
+    repairs: dict[int, list[Transition]] = {}
+    for row in (
+        Transition.objects.filter(aggregate_type=OutboxItem.aggregate_label(), aggregate_id__in=[i.pk for i in items])
+        .exclude(reason="")
+        .order_by("id")
+    ):
+        repairs.setdefault(row.aggregate_id, []).append(row)
     for item in items:
         item.attempt_rows = attempts.get(item.pk, [])
+        item.repair_rows = repairs.get(item.pk, [])
     return items
 
 
@@ -452,7 +466,20 @@ def explain(
     timeline: list[Transition],
     outbox_items: list[OutboxItem],
 ) -> str:
-    """One sentence for support: why the record is where it is, from the same facts as the waiting list."""
+    """One sentence for support: why the record is where it is, from the same facts as the waiting list
+    (plus the app's own words when it registered ``why``)."""
+    text = _explain(aggregate, row, timeline, outbox_items)
+    entry = machine_entry(type(aggregate))
+    extra = entry.why(aggregate) if entry.why is not None else None
+    return f"{text} {extra.strip()}" if extra and extra.strip() else text
+
+
+def _explain(
+    aggregate: StateMachine,
+    row: WaitingRow | None,
+    timeline: list[Transition],
+    outbox_items: list[OutboxItem],
+) -> str:
     if row is None:
         return f"Finished: {aggregate.state} is a final state."
     model = type(aggregate)

@@ -222,6 +222,8 @@ class PrintJob(StateMachine):
                          condition=Q(state="pending")),
             # "Did it print?" by the business object the job came from.
             models.Index(fields=["business_object_id", "business_object_type"], name="print_job_business_object"),
+            # The console's waiting list and dashboard: state filter, oldest first.
+            models.Index(fields=["state", "entered_state_at"], name="print_job_state_age"),
             models.Index(fields=["terminal_at"], name="print_job_purge_due",
                          condition=Q(content_purged_at__isnull=True, terminal_at__isnull=False)),
         ]

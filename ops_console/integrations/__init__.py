@@ -1,4 +1,4 @@
-"""Console registrations for the apps that have landed (payments, printing).
+"""Console registrations for the apps that have landed (payments, printing, orders).
 
 They live here, not in the apps, only because the console landed after them; each module uses the
 app's public services and selectors, and can move to ``<app>/console.py`` unchanged.
@@ -14,3 +14,5 @@ def load() -> None:
         from . import payments  # noqa: F401
     if apps.is_installed("printing"):
         from . import printing  # noqa: F401
+    if apps.is_installed("orders"):
+        from . import orders  # noqa: F401

@@ -58,6 +58,10 @@ registry.register(
     PrintJob,
     title=_title,
     search=_search,
+    why=lambda job: (
+        (f"Station said: {job.unknown_reason}" if job.unknown_reason else "")
+        + (f" Failure: {job.failure_reason}" if job.failure_reason else "")
+    ),
     sections=[
         registry.Section(
             "Station and printer", "ops_console/integrations/facts.html", lambda job: {"facts": _station_facts(job)}

@@ -198,34 +198,58 @@ def test_main_pages_render_for_support(page, live_server, scenario):
         assert page.locator("header.top").count() == 1
         shot(page, name)
     page.goto(live_server.url + "/console/did-it-print/")
-    assert page.locator("#did-it-print-placeholder").count() == 1
+    assert page.locator("#lookup").count() == 1  # printing's registered page
 
 
-def test_support_looks_up_where_and_why_on_the_did_it_print_page(page, live_server, scenario):
-    """Until printing registers its print-job lookup, the same ready-made page is exercised on Parcel."""
-    from ops_console import lookup, registry
-    from tests.kernel_app.models import Parcel
+def test_support_answers_did_it_print_and_an_operator_settles_the_unknown_job(page, live_server, scenario):
+    from .test_integrations import unknown_print_job
 
-    saved = dict(registry._pages)
-    registry.register_page(
-        "did-it-print",
-        title="Did it print?",
-        view=lookup.support_lookup_view(
-            Parcel,
-            title="Did it print? (stand-in: parcels)",
-            search=lambda q: Parcel.objects.filter(address__icontains=q),
-            facts=lambda p: [("address", p.address), ("measured weight", f"{p.weight_grams} g")],
-        ),
-    )
-    try:
-        log_in(page, live_server, "sam-support")
-        page.click("header >> text=Did it print?")
-        page.fill("#lookup input[name=q]", "Mill Lane")
-        page.click("#lookup button")
-        result = page.locator(".lookup-result")
-        assert result.count() == 1
-        assert "declared weight differs from the measured weight" in result.inner_text()
-        shot(page, "15-did-it-print-lookup")
-    finally:
-        registry._pages.clear()
-        registry._pages.update(saved)
+    job = unknown_print_job()
+    log_in(page, live_server, "sam-support")
+    page.click("header >> text=Did it print?")
+    page.fill("#lookup input[name=q]", "A-1842")
+    page.click("#lookup button")
+    result = page.locator(f".lookup-result[data-id='{job.pk}']")
+    assert result.count() == 1
+    text = result.inner_text()
+    assert "unknown" in text and "front-desk" in text and "silence_deadline_passed" in text
+    shot(page, "15-did-it-print-lookup")
+    page.click("header >> text=Log out")
+
+    log_in(page, live_server, "olga-operator")
+    page.goto(f"{live_server.url}/console/printing.printjob/{job.pk}/")
+    shot(page, "16-print-job-unknown-detail")
+    page.fill("#repair-settle-unknown textarea[name=settle-unknown-reason]", "walked to the printer: no page")
+    page.select_option("#repair-settle-unknown select[name=settle-unknown-outcome]", "failed")
+    page.click("#repair-settle-unknown button[type=submit]")
+    assert "failed" in page.inner_text("#preview")
+    page.click("#confirm")
+    page.click("#back-to-record")
+    assert page.locator("#current-state").inner_text() == "failed"
+    entry = page.locator("#timeline tr[data-event=operator_settled]")
+    assert "user:olga-operator" in entry.inner_text() and "walked to the printer" in entry.inner_text()
+
+
+def test_operator_retries_the_dead_refund_of_a_refund_pending_order(page, live_server, scenario):
+    from .test_integrations import order_with_dead_refund
+
+    order, item = order_with_dead_refund()
+    log_in(page, live_server, "olga-operator")
+    page.goto(f"{live_server.url}/console/waiting/?machine=orders.order&classification=retries_exhausted")
+    row = page.locator(f"#waiting tr[data-machine='orders.order'][data-id='{order.pk}']")
+    assert "refund_pending" in row.inner_text() and "503" in row.inner_text()
+    shot(page, "17-waiting-orders-exhausted")
+    row.locator("a").first.click()
+    assert page.locator("#current-state").inner_text() == "refund_pending"
+    assert page.inner_text("#why").startswith("Automatic retries exhausted")
+    shot(page, "18-order-refund-dead-detail")
+    page.fill("#repair-retry-refund textarea[name=retry-refund-reason]", "provider outage over (status page)")
+    page.click("#repair-retry-refund button[type=submit]")
+    assert "pending" in page.inner_text("#preview")
+    page.click("#confirm")
+    page.click("#back-to-record")
+    entry = page.locator("#outbox .item-repair[data-event=requeue]")
+    assert "user:olga-operator" in entry.inner_text() and "provider outage over" in entry.inner_text()
+    item.refresh_from_db()
+    assert item.state == "pending"
+    shot(page, "19-order-after-refund-retry")

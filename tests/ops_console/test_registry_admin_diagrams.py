@@ -116,7 +116,8 @@ def test_a_registered_page_replaces_the_placeholder_behind_the_login(parcel_regi
     assert Client().get(reverse("console:did-it-print")).status_code == 302
 
 
-def test_did_it_print_placeholder_without_registration(support_client):
+def test_did_it_print_placeholder_without_registration(support_client, monkeypatch):
+    monkeypatch.setattr(registry, "_pages", {})
     html = support_client.get(reverse("console:did-it-print")).content.decode()
     assert 'id="did-it-print-placeholder"' in html and "register_page" in html
 
