@@ -8,7 +8,7 @@ DB_TAG := $(shell basename "$(CURDIR)" | tr -c 'a-zA-Z0-9\n' '_' | tr 'A-Z' 'a-z
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/ledgerflow_$(DB_TAG)
 PYTEST_ARGS ?=
 
-.PHONY: venv run test lint bench soak system-deps clean
+.PHONY: venv run test lint bench soak chaos system-deps clean
 
 venv: $(VENV)/.installed
 
@@ -33,6 +33,11 @@ test: venv system-deps
 # The model-based protocol tests with a long search budget (make test runs them with a small one).
 soak: venv
 	DATABASE_URL="$(TEST_DATABASE_URL)" HYPOTHESIS_PROFILE=soak $(PY) -m pytest -q -k model_based $(PYTEST_ARGS)
+
+# Fault run: the full stack under load while workers are SIGKILLed, PostgreSQL restarts once and the
+# provider drops answers; checks nothing lost or done twice (loopback only, < 10 min). CHAOS_ARGS="--seconds 60".
+chaos: venv
+	$(PY) scripts/chaos.py $(CHAOS_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .
