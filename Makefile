@@ -38,7 +38,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 bench: venv
-	$(PY) -m bench
+	$(PY) -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf var .pytest_cache

@@ -143,6 +143,8 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "ledgerf
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's Django fixup otherwise closes the DB connection around every task (a new connection per outbox item).
+CELERY_DB_REUSE_MAX = int(os.environ.get("CELERY_DB_REUSE_MAX", "1000"))
 CELERY_BEAT_SCHEDULE = {
     "outbox-sweep": {"task": "workflow.tasks.sweep_outbox",
                      "schedule": float(os.environ.get("OUTBOX_SWEEP_SECONDS", "5"))},

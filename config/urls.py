@@ -20,4 +20,5 @@ urlpatterns = [
     path("api/v1/", include("payments.urls")),
     path("api/v1/", include("printing.urls")),
     path("admin/", admin.site.urls),
+    path("console/", include("ops_console.urls")),
 ]

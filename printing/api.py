@@ -46,7 +46,77 @@ class PrintJobIn(serializers.Serializer):
     business_object = BusinessObjectIn(required=False, help_text="what the job came from, e.g. an order")
 
 
-JOB_OUT = OpenApiTypes.OBJECT
+class StationOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    connection_status = serializers.ChoiceField(choices=["connected", "stale", "disconnected"])
+    last_seen_at = serializers.DateTimeField(allow_null=True)
+
+
+class TimelineEntryOut(serializers.Serializer):
+    at = serializers.DateTimeField()
+    event = serializers.CharField()
+    to = serializers.CharField()
+    result = serializers.CharField()
+    actor = serializers.CharField()
+    detail = serializers.CharField(allow_blank=True)
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["from"] = serializers.CharField(allow_blank=True)  # a keyword in Python
+        return fields
+
+
+class MeaningOut(serializers.Serializer):
+    observed = serializers.CharField()
+    proves = serializers.CharField()
+    does_not_prove = serializers.CharField()
+
+
+class UsageOut(serializers.Serializer):
+    copies = serializers.IntegerField()
+    content_bytes = serializers.IntegerField()
+    recorded_at = serializers.DateTimeField()
+
+
+class PrintJobOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=list(STATE_MEANING))
+    state_meaning = MeaningOut()
+    terminal = serializers.BooleanField()
+    version = serializers.IntegerField()
+    entered_state_at = serializers.DateTimeField()
+    created_at = serializers.DateTimeField()
+    state_times = serializers.DictField(child=serializers.DateTimeField(),
+                                        help_text="state → when the job last entered it")
+    timeline = TimelineEntryOut(many=True, help_text="every classified event, rejected reports included")
+    station = StationOut()
+    title = serializers.CharField(allow_blank=True)
+    copies = serializers.IntegerField()
+    content_type = serializers.CharField()
+    content_size = serializers.IntegerField()
+    content_sha256 = serializers.CharField()
+    content_purged_at = serializers.DateTimeField(allow_null=True)
+    expires_in_seconds = serializers.IntegerField()
+    expires_at = serializers.DateTimeField()
+    business_object = BusinessObjectIn(allow_null=True)
+    submitted_by = serializers.CharField(allow_blank=True)
+    os_job_id = serializers.CharField(allow_null=True)
+    failure_reason = serializers.CharField(allow_null=True, help_text="verbatim, as the station reported it")
+    unknown_reason = serializers.CharField(allow_null=True)
+    settled_by = serializers.CharField(allow_null=True)
+    fencing_token = serializers.IntegerField()
+    billable = serializers.BooleanField(help_text="true only for completed jobs (a usage record exists)")
+    usage = UsageOut(allow_null=True)
+    allowed_events = serializers.ListField(child=serializers.CharField())
+
+
+JOB_OUT = PrintJobOut
+
+
+def job_out(job) -> dict:
+    """The job as documented: the selector's answer rendered through PrintJobOut."""
+    return PrintJobOut(selectors.print_job_representation(job)).data
 
 
 class PrintJobCreateApi(APIView):
@@ -57,7 +127,7 @@ class PrintJobCreateApi(APIView):
     def post(self, request):
         def command():
             job = services.print_job_submit(data=request.data, actor=actor_for(request))
-            return Response(selectors.print_job_representation(job), status=201)
+            return Response(job_out(job), status=201)
 
         return run_idempotent(request, scope="print_jobs.create", command=command)
 
@@ -93,13 +163,16 @@ class PrintJobDetailApi(APIView):
 
     @extend_schema(responses={200: JOB_OUT}, description=JOB_DOC)
     def get(self, request, job_id: int):
-        return Response(selectors.print_job_representation(selectors.print_job_get(job_id=job_id)))
+        return Response(job_out(selectors.print_job_get(job_id=job_id)))
 
 
 class PrintJobCancelApi(APIView):
     required_scopes = "print_jobs:write"
 
-    @extend_schema(request=None, responses={200: JOB_OUT},
+    @extend_schema(request=None, responses={200: inline_serializer("PrintJobCancelOut", {
+        "result": serializers.CharField(), "state": serializers.CharField(), "version": serializers.IntegerField(),
+        "transition_id": serializers.IntegerField(), "replayed": serializers.BooleanField(),
+        "detail": serializers.CharField(), "job": PrintJobOut()})},
                    description="Cancel a pending job. Any other state answers 409 E_STATE_TRANSITION with the "
                                "current state: a job already handed to a station cannot be recalled.",
                    parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)])
@@ -107,7 +180,7 @@ class PrintJobCancelApi(APIView):
         def command():
             outcome = services.print_job_cancel(job_id=job_id, actor=actor_for(request))
             job = selectors.print_job_get(job_id=job_id)
-            return Response({**outcome.as_dict(), "job": selectors.print_job_representation(job)})
+            return Response({**outcome.as_dict(), "job": job_out(job)})
 
         return run_idempotent(request, scope=f"print_jobs.cancel.{job_id}", command=command)
 
@@ -118,14 +191,15 @@ class PrintJobWaitApi(APIView):
     @extend_schema(
         parameters=[OpenApiParameter("until", str, description="'terminal' (default) or comma-separated states"),
                     OpenApiParameter("timeout", float, description="seconds, 0..60, default 30")],
-        responses={200: OpenApiTypes.OBJECT},
+        responses={200: inline_serializer("PrintJobWaitOut", {"reached": serializers.BooleanField(),
+                                                              "job": PrintJobOut()})},
         description="Long poll: answers as soon as the job is in one of the states, or at the timeout "
                     "(`reached: false`). Bounded; poll again to keep waiting.")
     def get(self, request, job_id: int):
         selectors.print_job_get(job_id=job_id)  # 404 before waiting
         job, reached = selectors.print_job_wait(job_id=job_id, until=request.query_params.get("until"),
                                                 timeout=request.query_params.get("timeout"))
-        return Response({"reached": reached, "job": selectors.print_job_representation(job)})
+        return Response({"reached": reached, "job": job_out(job)})
 
 
 # --- the station protocol --------------------------------------------------------------------------

@@ -178,7 +178,8 @@ class PrintJob(StateMachine):
     MACHINE_NAME = "print_job"
     TERMINAL_STATES = TERMINAL
     WAIT_POLICIES = {
-        S.PENDING: WaitPolicy(timer_event="expire", deadline_field="expiry_timer_at", owner="station",
+        # The kernel re-arms the same deadline on every return to pending (and fires at once if past).
+        S.PENDING: WaitPolicy(timer_event="expire", deadline_field="expires_at", owner="station",
                               note="waits for its station to claim it; expires at expires_at"),
         S.DISPATCHING: WaitPolicy(timer_event="lease_expired", deadline_field="lease_expires_at", owner="station",
                                   note="the lease runs out unless the station confirms receipt; then pending again"),
@@ -199,9 +200,6 @@ class PrintJob(StateMachine):
     content_purged_at = models.DateTimeField(null=True, blank=True)
     expires_in_seconds = models.PositiveIntegerField()
     expires_at = models.DateTimeField()
-    # When the pending state's expiry timer fires: expires_at, nudged per lease so a job that returns to
-    # pending after a lease gets a fresh timer identity (timers are unique per aggregate/type/time).
-    expiry_timer_at = models.DateTimeField()
     business_object_type = models.CharField(max_length=64, blank=True, default="")
     business_object_id = models.CharField(max_length=128, blank=True, default="")
     submitted_by = models.CharField(max_length=150, blank=True, default="")
@@ -222,6 +220,10 @@ class PrintJob(StateMachine):
             # The claim: a station's oldest pending job.
             models.Index(fields=["station", "created_at", "id"], name="print_job_claimable",
                          condition=Q(state="pending")),
+            # "Did it print?" by the business object the job came from.
+            models.Index(fields=["business_object_id", "business_object_type"], name="print_job_business_object"),
+            # The console's waiting list and dashboard: state filter, oldest first.
+            models.Index(fields=["state", "entered_state_at"], name="print_job_state_age"),
             models.Index(fields=["terminal_at"], name="print_job_purge_due",
                          condition=Q(content_purged_at__isnull=True, terminal_at__isnull=False)),
         ]
@@ -272,8 +274,6 @@ class PrintJob(StateMachine):
     def lease_expired(self, ctx):
         self.lease_token = ""
         self.lease_expires_at = None
-        # A fresh expiry timer for this stay in pending (never earlier than now: an overdue job expires).
-        self.expiry_timer_at = max(self.expires_at, ctx.now) + timedelta(microseconds=self.lease_generation)
         self._announce(ctx, S.PENDING)
 
     @transition(field=state, source=S.DISPATCHING, target=S.SENT, conditions=[lease_is_current, lease_not_expired])

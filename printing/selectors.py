@@ -137,3 +137,19 @@ def print_job_wait(*, job_id: int, until: str | None, timeout: float | None) -> 
         if time.monotonic() >= deadline:
             return job, False
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+
+
+def print_job_search(*, query: str, limit: int = 50) -> list[PrintJob]:
+    """"Did it print?": a job id, or the business object it came from ("order:1842" or just "1842")."""
+    query = (query or "").strip()
+    if not query:
+        return []
+    jobs = PrintJob.objects.select_related("station").order_by("-created_at", "-id")
+    if query.isdigit():
+        by_id = list(jobs.filter(pk=int(query)))
+        by_object = list(jobs.filter(business_object_id=query)[:limit])
+        return by_id + [j for j in by_object if j.pk != int(query)]
+    kind, sep, ident = query.partition(":")
+    if sep:
+        return list(jobs.filter(business_object_type=kind, business_object_id=ident)[:limit])
+    return list(jobs.filter(business_object_id=query)[:limit])

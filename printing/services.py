@@ -200,7 +200,7 @@ def print_job_submit(*, data: dict[str, Any], actor: str) -> PrintJob:
         station=submission.station, title=submission.title, copies=submission.copies,
         content_type=submission.content_type, content=submission.content, content_size=len(submission.content),
         content_sha256=hashlib.sha256(submission.content).hexdigest(),
-        expires_in_seconds=submission.expires_in_seconds, expires_at=expires_at, expiry_timer_at=expires_at,
+        expires_in_seconds=submission.expires_in_seconds, expires_at=expires_at,
         business_object_type=submission.business_object_type, business_object_id=submission.business_object_id,
         submitted_by=actor,
     )

@@ -7,6 +7,8 @@ need=()
 command -v dot >/dev/null 2>&1 || need+=(graphviz)
 command -v cupsd >/dev/null 2>&1 || [ -x /usr/sbin/cupsd ] || need+=(cups)
 command -v lp >/dev/null 2>&1 || need+=(cups-client)
+# The console's browser tests drive Debian's Chromium through Playwright (never `playwright install`).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != "0" ]; then

@@ -242,11 +242,16 @@ def _insert_effects(aggregate: StateMachine, effects: list[PromisedEffect], now:
 def _insert_timers(aggregate: StateMachine, timers: list[PromisedTimer], state: str, now: datetime) -> None:
     if not timers:
         return
+    # A deadline already past fires at once (never earlier than now). A timer with the same identity
+    # that is still scheduled is re-armed for the state entered now (e.g. a print job back in pending
+    # keeps its original expiry deadline); one that already fired has scheduled_at < now and cannot
+    # collide, so every stay in a state gets a live timer.
     Timer.objects.bulk_create([
         Timer(aggregate_type=aggregate.aggregate_label(), aggregate_id=aggregate.pk, timer_type=t.timer_type,
-              scheduled_at=t.fire_at, armed_state=state, armed_at=now, payload=t.payload)
+              scheduled_at=max(t.fire_at, now), armed_state=state, armed_at=now, payload=t.payload)
         for t in timers
-    ], ignore_conflicts=True)
+    ], update_conflicts=True, unique_fields=["aggregate_type", "aggregate_id", "timer_type", "scheduled_at"],
+        update_fields=["armed_state", "armed_at", "payload"])
 
 
 def _wait_policy_timers(aggregate: StateMachine, state: str, entered_at: datetime) -> list[PromisedTimer]:

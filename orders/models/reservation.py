@@ -49,7 +49,11 @@ class Reservation(StateMachine):
     history = HistoricalRecords(bases=[ActorHistory])
 
     class Meta:
-        indexes = [models.Index(fields=["checkout_key"], name="reservation_checkout")]
+        indexes = [
+            models.Index(fields=["checkout_key"], name="reservation_checkout"),
+            # The console's waiting list and dashboard: state filter, oldest first.
+            models.Index(fields=["state", "entered_state_at"], name="reservation_state_age"),
+        ]
         constraints = [models.CheckConstraint(condition=Q(quantity__gt=0), name="reservation_quantity_positive")]
 
     def __str__(self) -> str:

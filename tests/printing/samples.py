@@ -22,7 +22,7 @@ def build_print_job(state: str, *, station=None, expires_in: int = 3600, content
     return kernel.create(
         PrintJob, actor="test", state=state, station=station, title="sample", copies=1, content_type="text",
         content=content, content_size=len(content), content_sha256="0" * 64, expires_in_seconds=expires_in,
-        expires_at=expires_at, expiry_timer_at=expires_at,
+        expires_at=expires_at,
         lease_generation=1 if leased else 0, lease_token=LEASE if leased else "",
         lease_expires_at=now + timedelta(seconds=30) if state == "dispatching" else None,
         report_deadline=now + timedelta(seconds=600) if state in ("sent", "printing") else None,

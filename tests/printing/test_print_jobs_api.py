@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 
 from printing.models import PrintJob, UsageRecord
+from printing.selectors import print_job_search
 from printing.services import print_job_purge_content
 from workflow import clock, timers
 
@@ -272,3 +273,14 @@ def test_the_station_receives_the_exact_bytes(station, submit):
     claimed = station.claim()
     assert base64.b64decode(claimed["content_base64"]) == content
     assert claimed["id"] == job["id"] and claimed["content_type"] == "raw-zpl"
+
+
+def test_jobs_are_found_by_id_or_by_the_business_object_they_came_from(station, submit):
+    first = submit(station.id, business_object={"type": "order", "id": "1842"})
+    second = submit(station.id, business_object={"type": "shipment", "id": "1842"})
+    other = submit(station.id, business_object={"type": "order", "id": "7"})
+
+    assert [j.pk for j in print_job_search(query="order:1842")] == [first["id"]]
+    assert {j.pk for j in print_job_search(query="1842")} == {first["id"], second["id"]}
+    assert [j.pk for j in print_job_search(query=str(other["id"]))][0] == other["id"]
+    assert print_job_search(query="") == []

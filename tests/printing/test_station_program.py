@@ -134,6 +134,50 @@ def test_a_receipt_the_server_did_not_hear_is_retried_and_printing_waits_for_it(
     assert len({b["event_id"] for j, b in server.reports if b["kind"] == "received"}) == 1
 
 
+def test_a_job_offered_again_while_the_os_still_has_it_is_followed_not_resubmitted(tmp_path):
+    # given a job handed to the OS that is still busy with it
+    with FakeStationServer() as server:
+        server.offer(13, b"busy", lease="lease-1")
+        output = CountingDirOutput(tmp_path / "out", busy=True)
+        station, ledger = make_station(server, tmp_path, output)
+        station.step()
+        assert ledger.get("13").phase == HANDED_OFF
+
+        # when the server offers it again (it never heard the receipt in time) and the OS then finishes
+        server.offer(13, b"busy", lease="lease-2")
+        station.step()
+        output.busy = False
+        station.run(until_idle=True)
+
+    # then the station told the server what it knows under the new lease, and handed it off only once
+    assert output.submits == ["13"]
+    under_new_lease = [b["kind"] for _, b in server.reports if b["lease_token"] == "lease-2"]
+    assert under_new_lease == ["received", "printing", "completed"]
+
+
+def test_a_job_received_long_ago_is_not_printed_after_an_outage(tmp_path):
+    # given a job received (and confirmed) long before the station could print it
+    with FakeStationServer() as server:
+        output = CountingDirOutput(tmp_path / "out")
+        station, ledger = make_station(server, tmp_path, output)
+        station.max_print_delay = 60
+        spool = tmp_path / "spool" / "job-14"
+        spool.write_bytes(b"yesterday")
+        ledger.record_received(job_id="14", title="t", content_type="text", copies=1, content_sha256="",
+                               spool_path=str(spool), lease_token="lease-1")
+        ledger.ack(ledger.unacked_reports()[0].event_id, result="applied", server_state="sent")
+        ledger.db.execute("UPDATE jobs SET received_at = '2020-01-01T00:00:00+00:00' WHERE job_id = '14'")
+
+        # when the station runs
+        station.run(until_idle=True)
+
+    # then it does not print yesterday's label; it reports failed with the reason
+    assert output.submits == []
+    assert ledger.get("14").phase == "failed"
+    assert server.kinds(14) == ["failed"]
+    assert "not printed" in server.reports[-1][1]["reason"]
+
+
 def test_a_receipt_answered_stale_is_not_permission_to_print(tmp_path):
     # given a server that answers the receipt under the first lease with stale (that lease ran out)
     with FakeStationServer() as server:

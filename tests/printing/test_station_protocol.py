@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import base64
+import io
+import json
 import threading
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
+from rest_framework.test import APIClient
 
-from printing.models import PrintJob
+from printing.models import PrintJob, Station
 from printing.services import print_job_claim
 from workflow import clock, timers
 
@@ -264,3 +268,15 @@ def test_concurrent_claims_never_take_the_same_job(station, submit):
     assert sorted(taken) == sorted(jobs)
     assert set(PrintJob.objects.values_list("lease_generation", flat=True)) == {1}
     assert set(PrintJob.objects.values_list("state", flat=True)) == {"dispatching"}
+
+
+def test_create_station_prints_its_id_and_a_token_that_works_once_stored_hashed():
+    out = io.StringIO()
+    call_command("create_station", "--name", "Warehouse 1", stdout=out)
+    printed = json.loads(out.getvalue())
+    assert set(printed) == {"station_id", "token"}
+    stored = Station.objects.get(pk=printed["station_id"])
+    assert stored.name == "Warehouse 1" and printed["token"].split("_", 2)[2] not in stored.secret_hash
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {printed['token']}")
+    assert client.post("/api/v1/station/heartbeat", {}, format="json").json()["station_id"] == stored.pk
