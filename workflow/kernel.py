@@ -344,7 +344,7 @@ def apply(aggregate: StateMachine | tuple[type[StateMachine], int], event_type: 
             # Someone moved the aggregate (or recorded this identity) after we read it: classify again.
             last_error = exc
             continue
-        if caller_instance is not None and outcome.aggregate is not None:
+        if caller_instance is not None and outcome.aggregate is not None and not dry_run:
             _set_fields(caller_instance, outcome.aggregate)
         return outcome
     raise RuntimeError(f"apply gave up after {MAX_RACE_RETRIES} lost races") from last_error

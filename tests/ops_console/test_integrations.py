@@ -36,7 +36,6 @@ def unknown_print_job() -> PrintJob:
         content_sha256="0" * 64,
         expires_in_seconds=3600,
         expires_at=now + timedelta(hours=1),
-        expiry_timer_at=now + timedelta(hours=1),
         lease_generation=1,
         lease_token="lease-1",
         report_deadline=now + timedelta(seconds=600),

@@ -164,6 +164,7 @@ def test_dry_run_answers_without_writing_anything():
     assert (preview.result, preview.state, preview.version, preview.transition_id) == ("applied", "packed", 2, None)
     assert preview.effect_keys == [f"parcel:{parcel.pk}:packing-slip"]
     assert counts() == before
+    assert (parcel.state, parcel.state_version) == ("created", 1)  # the caller's instance is untouched too
     parcel.refresh_from_db()
     assert (parcel.state, parcel.state_version) == ("created", 1)
     # the identity was not consumed by the dry run
