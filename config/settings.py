@@ -79,6 +79,7 @@ DATABASES = {
         conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
     )
 }
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # a persistent connection broken by a DB restart is replaced
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # make run: several processes share one file; wait instead of failing on a busy database.
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30

@@ -194,18 +194,30 @@ class Load:
 
     def note(self, what: str, status: int, body) -> None:
         with self.lock:
-            self.counts[f"{what}:{status // 100}xx"] += 1
+            self.counts[f"{what}:{status // 100}xx" if status else f"{what}:connection_error"] += 1
             if status >= 500 or status == 0:
                 self.errors.append(f"{what} {status} {str(body)[:300]}")
 
     def call(self, what: str, method: str, path: str, body=None, headers=None):
-        try:
-            status, answer = self.api.call(method, path, body, headers)
-        except Exception as exc:  # noqa: BLE001 - connection refused/reset while PostgreSQL restarts
+        """One API call. A command with an Idempotency-Key is retried on 5xx or a dropped connection
+        with the same key, as a careful client does (e.g. while PostgreSQL restarts)."""
+        retries = 4 if headers and "Idempotency-Key" in headers else 0
+        for attempt in range(retries + 1):
+            try:
+                status, answer = self.api.call(method, path, body, headers)
+            except Exception as exc:  # noqa: BLE001 - connection refused/reset while PostgreSQL restarts
+                status, answer = 0, {"error": str(exc)}
+            self.note(what, status, answer)
+            if status and status < 500:
+                if attempt:
+                    with self.lock:
+                        self.counts["commands_recovered_by_retry"] += 1
+                return status, answer
+            if attempt < retries:
+                time.sleep(1)
+        if retries:
             with self.lock:
-                self.counts[f"{what}:connection_error"] += 1
-            return 0, {"error": str(exc)}
-        self.note(what, status, answer)
+                self.counts["commands_failed_after_retries"] += 1
         return status, answer
 
     def setup(self) -> None:

@@ -36,6 +36,16 @@ class ApiErrorMiddleware:
 
         if isinstance(exception, RequestDataTooBig):
             return JsonResponse(error_body(ErrorCode.PAYLOAD_TOO_LARGE, "Request body is too large."), status=413)
+        from django.db import OperationalError
+
+        if isinstance(exception, OperationalError):
+            # The database is restarting or dropped the connection: nothing of this request committed
+            # beyond what an Idempotency-Key replay recovers, so tell the client to retry, not "bug".
+            logger.warning("Database unavailable on %s: %s", request.path, exception)
+            response = JsonResponse(error_body(ErrorCode.UNAVAILABLE, "The database is unavailable; retry shortly "
+                                               "with the same Idempotency-Key."), status=503)
+            response["Retry-After"] = "1"
+            return response
         logger.exception("Unhandled error on %s", request.path)
         return JsonResponse(error_body(ErrorCode.INTERNAL, "Internal error."), status=500)
 
