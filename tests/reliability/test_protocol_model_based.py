@@ -270,6 +270,26 @@ class ShopProtocol(RuleBasedStateMachine):
                 if self._deliver(None, data.draw(CRASHES), data.draw(FAULTS)) is None:
                     break
 
+    @precondition(lambda self: self._due())
+    @rule(data=st.data())
+    def the_provider_stays_down_for_one_promise(self, data):
+        """Every attempt of one promise fails before reaching the provider, through its backoffs, until
+        it is dead (its error recorded): the dead-letter and requeue paths."""
+        with self._now():
+            due = list(OutboxItem.objects.filter(state__in=outbox.DUE_STATES, next_attempt_at__lte=clock.now())
+                       .order_by("id").values_list("pk", flat=True))
+        item_id = data.draw(st.sampled_from(due))
+        for _ in range(30):
+            with self._now():
+                item = OutboxItem.objects.get(pk=item_id)
+                if item.state not in outbox.DUE_STATES:
+                    break
+                wait = max(0.0, (item.next_attempt_at - clock.now()).total_seconds())
+            self.offset += timedelta(seconds=wait)
+            with self._now():
+                self._deliver(item_id, "before", None)
+        assert OutboxItem.objects.get(pk=item_id).state == "dead"
+
     # Hypothesis picks rules uniformly: the moves that push work forward get a second rule each, so the
     # search reaches the deep states (paid, shipped, refunds, reviews, completed prints) within budget.
     @precondition(lambda self: self._due())
