@@ -12,8 +12,7 @@ docs/console.md for the plans.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection
@@ -295,7 +294,7 @@ def _datetime(value: datetime | str | None) -> datetime | None:
     if isinstance(value, str):
         value = parse_datetime(value)
     if value is not None and timezone.is_naive(value):
-        value = timezone.make_aware(value, dt_timezone.utc)
+        value = timezone.make_aware(value, UTC)
     return value
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from workflow import kernel
+from workflow.errors import StateTransitionRejected
 
 from .payment_port import AttemptStarted, AttemptStatus, payment_fact
 
@@ -90,7 +91,10 @@ class PaymentsAppPort:
         from payments import services
         from payments.models import Refund
 
-        refund = Refund.objects.get(refund_key=refund_key)
+        refund = Refund.objects.filter(refund_key=refund_key).first()
+        if refund is None:  # the order promised the refund but payments never recorded one: nothing failed yet
+            raise StateTransitionRejected(f"payments has no refund {refund_key}: there is no failed refund to retry",
+                                          details={"refund_key": refund_key})
         return services.refund_retry(refund_id=refund.pk, actor=actor, reason=reason, dry_run=dry_run)
 
     def describe(self, *, attempt_ref: str) -> dict:

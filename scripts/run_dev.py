@@ -1,7 +1,7 @@
 """`make run`: the whole product on one machine with nothing but Python.
 
-SQLite file and a filesystem Celery broker under var/ (or LEDGERFLOW_VAR_DIR) unless DATABASE_URL / CELERY_BROKER_URL say
-otherwise. Starts: web (gunicorn), a Celery worker, Celery beat (outbox and timer sweeps), the
+SQLite file and a filesystem Celery broker under var/ (or $LEDGERFLOW_VAR_DIR) unless DATABASE_URL /
+CELERY_BROKER_URL say otherwise. Starts: web (gunicorn), a Celery worker, Celery beat (outbox and timer sweeps), the
 sandbox payment provider and a demo print station printing into var/prints/. Prints the console
 URL, a login and an API key. Ctrl-C stops everything.
 """
