@@ -155,6 +155,9 @@ def test_make_run_on_sqlite_serves_the_api_and_every_console_page(site):
     job_id = job.json()["id"]
     assert _rows(db, "SELECT count(*) FROM payments_paymentattempt") == [(1,)]
     assert _rows(db, "SELECT count(*) FROM workflow_outboxitem WHERE state = 'pending'")[0][0] >= 1
+    # … and its wake-ups were published to the embedded broker, all of it under the var folder
+    assert list((site["var"] / "broker" / "out").glob("*.msg"))
+    assert list((site["var"] / "broker" / "control").glob("*.exchange"))
 
     # --- an operator logs in through the form (CSRF token from the page) -----------------------
     console = requests.Session()
