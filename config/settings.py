@@ -82,6 +82,9 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # make run: several processes share one file; wait instead of failing on a busy database.
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
+    # A transaction takes the write lock when it begins: one that read first and writes later (an outbox
+    # delivery around a provider call) would otherwise fail at once with "database is locked".
+    DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

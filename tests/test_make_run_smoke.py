@@ -228,3 +228,40 @@ def test_make_run_on_sqlite_serves_the_api_and_every_console_page(site):
 
     log = site["log"].read_text()
     assert "Traceback" not in log, log[-4000:]
+
+
+# The outbox delivers inside one transaction that reads first and writes after the provider answered;
+# on SQLite's default (deferred) transactions, a write by anyone else in between made that transaction
+# fail at once with "database is locked" (worker errors, and 500s on the API under a little load).
+LOCKING = """
+import sqlite3, sys, django
+from django.db import connection, transaction
+
+django.setup()
+with connection.cursor() as cursor:
+    cursor.execute("CREATE TABLE deliveries (n integer)")
+other = sqlite3.connect(sys.argv[1], timeout=0)  # another process's connection, not willing to wait
+with transaction.atomic():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM deliveries")  # read first …
+    try:
+        other.execute("BEGIN IMMEDIATE")  # … while someone else starts writing …
+        print("another writer got in")
+        other.execute("INSERT INTO deliveries VALUES (2)")
+    except sqlite3.OperationalError:
+        print("another writer waits")
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO deliveries VALUES (1)")  # … then write
+other.execute("BEGIN IMMEDIATE")  # the transaction committed: the other writer's turn
+other.execute("INSERT INTO deliveries VALUES (2)")
+other.commit()
+print(sorted(n for (n,) in other.execute("SELECT n FROM deliveries")))
+"""
+
+
+def test_on_sqlite_a_transaction_holds_the_write_lock_from_its_start(tmp_path):
+    env = _environment(tmp_path)
+    done = subprocess.run([sys.executable, "-c", LOCKING, str(tmp_path / "db.sqlite3")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[:2] == ["another writer waits", "[1, 2]"]
