@@ -111,7 +111,7 @@ def _bench_webhook_request(order_id: int, event: str, identity: str) -> tuple[by
 
 
 BENCH_WEBHOOK = Webhook(
-    label="bench webhook endpoint (stand-in: signed event -> apply; payments webhook not on main yet)",
+    label="bench endpoint (signed webhook-style event -> apply on the subject)",
     path="/api/v1/bench-webhooks/orders",
     build=_bench_webhook_request,
 )

@@ -81,38 +81,7 @@ class Suite:
             for c in floor_concurrencies:
                 self.add(floor.run(self.pool, concurrency=c, duration=self.plan.duration))
         if "kernel" in cases:
-            from .cases import kernel
-
-            for c in self.plan.concurrencies:
-                self.add(
-                    kernel.run(
-                        self.pool,
-                        concurrency=c,
-                        duration=self.plan.duration,
-                        replay_fraction=self.plan.replay_fraction,
-                        variant=f"apply, {self.plan.replay_fraction:.0%} replays",
-                    )
-                )
-                self.add(
-                    kernel.run(
-                        self.pool,
-                        concurrency=c,
-                        duration=self.plan.duration,
-                        replay_fraction=0.0,
-                        variant="apply, writes only",
-                    )
-                )
-                self.add(
-                    kernel.run(
-                        self.pool,
-                        concurrency=c,
-                        duration=self.plan.duration,
-                        replay_fraction=1.0,
-                        variant="apply, replays only",
-                    )
-                )
-        if "kernel" in cases:
-            self.run_proposals()
+            self.run_kernel_cases()
         if "naive" in cases:
             from .cases import naive
 
@@ -163,14 +132,37 @@ class Suite:
             self.lines.append(printing.run())
         self.finish()
 
-    def run_proposals(self) -> None:
-        """Rows for the kernel as proposed in bench/proposals/kernel.diff, and without the broker push."""
+    def run_kernel_cases(self) -> None:
+        """Case 2, with the kernel as proposed in bench/proposals/kernel.diff run right after each current
+        row (same load, same minute: the comparison survives a noisy machine), and without the broker push."""
         from .cases import kernel
         from .proposals import enqueue_on_commit, proposed_kernel
 
         d = self.plan.duration
-        with enqueue_on_commit(False):
-            for c in self.plan.concurrencies:
+        mixes = (
+            (self.plan.replay_fraction, f"{self.plan.replay_fraction:.0%} replays"),
+            (0.0, "writes only"),
+            (1.0, "replays only"),
+        )
+        skipped = False
+        for c in self.plan.concurrencies:
+            for fraction, what in mixes:
+                self.add(
+                    kernel.run(self.pool, concurrency=c, duration=d, replay_fraction=fraction, variant=f"apply, {what}")
+                )
+                with proposed_kernel() as available:
+                    skipped = skipped or not available
+                    if available:
+                        self.add(
+                            kernel.run(
+                                self.pool,
+                                concurrency=c,
+                                duration=d,
+                                replay_fraction=fraction,
+                                variant=f"PROPOSED apply, {what}",
+                            )
+                        )
+            with enqueue_on_commit(False):
                 self.add(
                     kernel.run(
                         self.pool,
@@ -180,28 +172,11 @@ class Suite:
                         variant="apply, writes only, no broker push",
                     )
                 )
-        with proposed_kernel() as available:
-            if not available:
-                self.lines.append(
-                    "proposed kernel: bench/proposals/kernel.diff no longer applies to "
-                    "workflow/kernel.py (or `patch` is missing); its rows were skipped"
-                )
-                return
-            for c in self.plan.concurrencies:
-                for fraction, what in (
-                    (self.plan.replay_fraction, f"{self.plan.replay_fraction:.0%} replays"),
-                    (0.0, "writes only"),
-                    (1.0, "replays only"),
-                ):
-                    self.add(
-                        kernel.run(
-                            self.pool,
-                            concurrency=c,
-                            duration=d,
-                            replay_fraction=fraction,
-                            variant=f"PROPOSED apply, {what}",
-                        )
-                    )
+        if skipped:
+            self.lines.append(
+                "proposed kernel: bench/proposals/kernel.diff no longer applies to "
+                "workflow/kernel.py (or `patch` is missing); its rows were skipped"
+            )
 
     def finish(self) -> None:
         report.apply_ratios(self.rows, smoke=self.smoke)
