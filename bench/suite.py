@@ -172,6 +172,17 @@ class Suite:
                         variant="apply, writes only, no broker push",
                     )
                 )
+                with proposed_kernel() as available:
+                    if available:
+                        self.add(
+                            kernel.run(
+                                self.pool,
+                                concurrency=c,
+                                duration=d,
+                                replay_fraction=0.0,
+                                variant="PROPOSED apply, writes only, no broker push",
+                            )
+                        )
         if skipped:
             self.lines.append(
                 "proposed kernel: bench/proposals/kernel.diff no longer applies to "
