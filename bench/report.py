@@ -16,8 +16,10 @@ def _by(rows: list[Row], case: str, concurrency: int | None = None, variant: str
     return None
 
 
-def _floor_for(rows: list[Row], concurrency: int) -> Row | None:
-    floors = [r for r in rows if r.case == "1 floor"]
+def _floor_for(rows: list[Row], concurrency: int, before: Row | None = None) -> Row | None:
+    """The floor measured closest before ``before`` (same group or the minutes just before it)."""
+    upto = rows[: rows.index(before)] if before is not None and before in rows else rows
+    floors = [r for r in upto if r.case == "1 floor"][::-1] or [r for r in rows if r.case == "1 floor"]
     exact = [r for r in floors if r.concurrency == concurrency]
     if exact:
         return exact[0]
@@ -49,7 +51,7 @@ def apply_ratios(rows: list[Row], *, smoke: bool = False) -> None:
         if row.case == "1 floor":
             row.baseline, row.ratio = "itself", 1.0
         elif row.case in ("2 kernel", "3 naive", "4 http"):
-            floor = _floor_for(rows, row.concurrency)
+            floor = _floor_for(rows, row.concurrency, row)
             if floor is None:
                 continue
             row.baseline = f"floor c{floor.concurrency}"

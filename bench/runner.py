@@ -21,6 +21,7 @@ class Plan:
     aggregates: int = 100_000
     payment_attempts: int = 100_000
     duration: float = 5.0
+    rounds: int = 3  # interleaved windows per variant in cases 1-3 (see bench/interleave.py)
     concurrencies: tuple[int, ...] = (1, 16)
     http_concurrencies: tuple[int, ...] = (1, 8, 32)
     replay_fraction: float = 0.30
@@ -33,9 +34,10 @@ class Plan:
 
 
 SMOKE = Plan(
-    aggregates=4000,
+    aggregates=20_000,
     payment_attempts=4000,
     duration=1.0,
+    rounds=2,
     concurrencies=(1, 4),
     http_concurrencies=(1, 4),
     outbox_backlog=1500,
