@@ -56,7 +56,6 @@ def run_interleaved(
             ops=sum(kinds[i].values()),
             seconds=seconds[i],
             kinds=dict(kinds[i]),
-            notes=f"interleaved x{rounds}",
         )
         rows.append(fill_latency(row, latencies[i]))
     return rows

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from .measure import Row
 
 
@@ -109,8 +111,16 @@ def apply_ratios(rows: list[Row], *, smoke: bool = False) -> None:
                 row.ratio = ratio  # informational: a full count is O(n) by nature
             else:
                 _judge(row, ratio, maximum=1.3)
+            server, server_small = _server_ms(row.notes), _server_ms(small.notes)
+            if server and server_small:
+                row.notes = f"{row.notes}; server-side ratio {server / server_small:.2f}"
         elif row.case == "6 scale":
             row.baseline, row.ratio = "itself", 1.0
+
+
+def _server_ms(notes: str) -> float | None:
+    match = re.search(r"server execution ([0-9.]+) ms", notes or "")
+    return float(match.group(1)) if match else None
 
 
 def _fmt(value, spec: str) -> str:
