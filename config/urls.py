@@ -10,6 +10,7 @@ handler500 = "workflow.http.json_server_error"
 api_v1 = [
     path("schema", SpectacularAPIView.as_view(), name="schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("", include("orders.urls")),
 ]
 
 urlpatterns = [
@@ -17,5 +18,7 @@ urlpatterns = [
     path("readyz", workflow_api.readyz, name="readyz"),
     path("api/v1/", include(api_v1)),
     path("api/v1/", include("payments.urls")),
+    path("api/v1/", include("printing.urls")),
     path("admin/", admin.site.urls),
+    path("console/", include("ops_console.urls")),
 ]

@@ -540,6 +540,10 @@ class Discrepancy(StateMachine):
     last_seen_at = models.DateTimeField(default=timezone.now)
     history = HistoricalRecords(bases=[ActorHistory])
 
+    class Meta:
+        # The console's waiting list and dashboard: state filter, oldest first.
+        indexes = [models.Index(fields=["state", "entered_state_at"], name="discrepancy_state_age")]
+
     def __str__(self) -> str:
         return f"discrepancy {self.pk} {self.kind} ({self.state})"
 

@@ -1,7 +1,8 @@
 """Writers for payment attempts and refunds. Every state change goes through ``workflow.kernel``.
 
 Public functions (keyword-only):
-  payment_attempt_start, payment_attempt_capture, payment_attempt_void, payment_attempt_resolve_review,
+  payment_attempt_start, payment_attempt_deliver_now, payment_attempt_capture, payment_attempt_void,
+  payment_attempt_resolve_review,
   payment_attempt_record_intent, payment_attempt_record_unknown, payment_attempt_record_not_performed,
   payment_attempt_record_refusal, payment_attempt_apply_fact, refund_apply_fact,
   refund_request, refund_record_result, refund_record_unknown, refund_record_refusal, refund_retry,
@@ -106,6 +107,23 @@ def payment_attempt_start(
         currency=currency,
         payment_method=payment_method,
     )
+
+
+def payment_attempt_deliver_now(*, attempt_id: int) -> PaymentAttempt:
+    """Deliver the attempt's due provider calls in this process instead of waiting for a worker.
+
+    For a caller that wants the provider's answer before it answers its own client (checkout waiting
+    for the authorization). Call it after the transaction that promised the work has committed; the
+    outbox row lock still guarantees a worker never runs the same call at the same time.
+    """
+    from workflow import outbox
+    from workflow.models import OutboxItem
+
+    due = OutboxItem.objects.filter(aggregate_type=PaymentAttempt.aggregate_label(), aggregate_id=attempt_id,
+                                    state__in=outbox.DUE_STATES).order_by("id").values_list("pk", flat=True)
+    for item_id in list(due):
+        outbox.deliver_one(item_id)
+    return _attempt(attempt_id)
 
 
 def payment_attempt_capture(*, attempt_id: int, actor: str, reason: str = "") -> Outcome:

@@ -5,6 +5,10 @@ set -euo pipefail
 
 need=()
 command -v dot >/dev/null 2>&1 || need+=(graphviz)
+command -v cupsd >/dev/null 2>&1 || [ -x /usr/sbin/cupsd ] || need+=(cups)
+command -v lp >/dev/null 2>&1 || need+=(cups-client)
+# The console's browser tests drive Debian's Chromium through Playwright (never `playwright install`).
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != "0" ]; then
@@ -16,3 +20,6 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+
+# The print station's tests print through a real CUPS queue with a file device.
+bash "$(dirname "$0")/ensure_cups_queue.sh"

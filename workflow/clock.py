@@ -15,10 +15,25 @@ from django.utils import timezone
 
 _lock = threading.Lock()
 _offset = timedelta(0)
+_frozen: datetime | None = None
 
 
 def now() -> datetime:
-    return timezone.now() + _offset
+    return (_frozen or timezone.now()) + _offset
+
+
+@contextlib.contextmanager
+def freeze(at: datetime | None = None) -> Iterator[datetime]:
+    """Stop this process's clock at ``at`` (default: now) for the block; ``travel`` still moves it."""
+    global _frozen
+    with _lock:
+        previous = _frozen
+        _frozen = at or timezone.now()
+    try:
+        yield _frozen
+    finally:
+        with _lock:
+            _frozen = previous
 
 
 @contextlib.contextmanager

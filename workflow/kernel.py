@@ -242,11 +242,16 @@ def _insert_effects(aggregate: StateMachine, effects: list[PromisedEffect], now:
 def _insert_timers(aggregate: StateMachine, timers: list[PromisedTimer], state: str, now: datetime) -> None:
     if not timers:
         return
+    # A deadline already past fires at once (never earlier than now). A timer with the same identity
+    # that is still scheduled is re-armed for the state entered now (e.g. a print job back in pending
+    # keeps its original expiry deadline); one that already fired has scheduled_at < now and cannot
+    # collide, so every stay in a state gets a live timer.
     Timer.objects.bulk_create([
         Timer(aggregate_type=aggregate.aggregate_label(), aggregate_id=aggregate.pk, timer_type=t.timer_type,
-              scheduled_at=t.fire_at, armed_state=state, armed_at=now, payload=t.payload)
+              scheduled_at=max(t.fire_at, now), armed_state=state, armed_at=now, payload=t.payload)
         for t in timers
-    ], ignore_conflicts=True)
+    ], update_conflicts=True, unique_fields=["aggregate_type", "aggregate_id", "timer_type", "scheduled_at"],
+        update_fields=["armed_state", "armed_at", "payload"])
 
 
 def _wait_policy_timers(aggregate: StateMachine, state: str, entered_at: datetime) -> list[PromisedTimer]:
@@ -335,11 +340,18 @@ def apply(aggregate: StateMachine | tuple[type[StateMachine], int], event_type: 
                     raise _DryRunRollback(outcome)
         except _DryRunRollback as rollback:
             outcome = rollback.outcome
-        except (_LostRace, IntegrityError) as exc:
-            # Someone moved the aggregate (or recorded this identity) after we read it: classify again.
+        except _LostRace as exc:
+            # Someone moved the aggregate after we read it: classify again against the new row.
             last_error = exc
             continue
-        if caller_instance is not None and outcome.aggregate is not None:
+        except IntegrityError as exc:
+            # Only a concurrent recording of this very identity is a race to reclassify; any other
+            # constraint a rule breaks is a bug and surfaces as such.
+            if not _is_identity_race(exc):
+                raise
+            last_error = exc
+            continue
+        if caller_instance is not None and outcome.aggregate is not None and not dry_run:
             _set_fields(caller_instance, outcome.aggregate)
         return outcome
     raise RuntimeError(f"apply gave up after {MAX_RACE_RETRIES} lost races") from last_error
@@ -463,6 +475,14 @@ def _apply_once(model: type[StateMachine], pk: int, event_type: str, identity: s
     return Outcome(result=ctx.result, state=to_state, version=new_version, transition_id=transition_row.pk,
                    replayed=False, detail=ctx.detail, from_state=from_state, aggregate=agg,
                    effect_keys=[e.effect_key for e in ctx.effects])
+
+
+def _is_identity_race(exc: IntegrityError) -> bool:
+    constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
+    if constraint is not None:
+        return constraint == "transition_identity_once"
+    # SQLite names the columns instead of the constraint.
+    return "workflow_transition.event_identity" in str(exc)
 
 
 def _restore(instance: models.Model, before: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 from .base import (
@@ -42,26 +43,29 @@ def set_provider_override(provider: PaymentProvider | None) -> None:
 
 
 def get_provider() -> PaymentProvider:
-    """The adapter for ``settings.PAYMENT_PROVIDER``: ``sandbox`` (→ STRIPE_API_BASE) or ``stripe``."""
+    """The adapter for ``settings.PAYMENT_PROVIDER``: ``sandbox`` (→ STRIPE_API_BASE) or ``stripe``.
+
+    One adapter per configuration is kept, so its HTTP sessions (per thread) are reused.
+    """
     if _override is not None:
         return _override
     from django.conf import settings
 
-    from .stripe_adapter import StripeProvider
-
     kind = getattr(settings, "PAYMENT_PROVIDER", "sandbox")
     timeout = float(getattr(settings, "STRIPE_TIMEOUT_SECONDS", 10))
     if kind == "sandbox":
-        return StripeProvider(
-            api_key=settings.STRIPE_API_KEY, api_base=settings.STRIPE_API_BASE, timeout_seconds=timeout
-        )
-    if kind == "stripe":
+        api_base, default_method = settings.STRIPE_API_BASE, "pm_card_visa"
+    elif kind == "stripe":
         # Real Stripe unless STRIPE_API_BASE is set explicitly (the settings default is the sandbox's URL).
-        api_base = os.environ.get("STRIPE_API_BASE") or None
-        return StripeProvider(
-            api_key=settings.STRIPE_API_KEY,
-            api_base=api_base,
-            timeout_seconds=timeout,
-            default_payment_method=None,
-        )
-    raise ValueError(f"Unknown PAYMENT_PROVIDER: {kind!r} (expected 'sandbox' or 'stripe')")
+        api_base, default_method = os.environ.get("STRIPE_API_BASE") or None, None
+    else:
+        raise ValueError(f"Unknown PAYMENT_PROVIDER: {kind!r} (expected 'sandbox' or 'stripe')")
+    return _cached(kind, settings.STRIPE_API_KEY, api_base, timeout, default_method)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached(kind: str, api_key: str, api_base: str | None, timeout: float, default_method: str | None):
+    from .stripe_adapter import StripeProvider
+
+    return StripeProvider(api_key=api_key, api_base=api_base, timeout_seconds=timeout,
+                          default_payment_method=default_method)

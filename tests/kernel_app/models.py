@@ -1,6 +1,8 @@
 """A small parcel machine that exercises every kernel feature: effects, guards of each outcome,
 review routing, timers from wait policies, repairs. Only installed by config.settings_test."""
 
+from datetime import timedelta
+
 from django.db import models
 from django_fsm import RETURN_VALUE, FSMField, transition
 from simple_history.models import HistoricalRecords
@@ -38,7 +40,8 @@ class Parcel(StateMachine):
     WAIT_POLICIES = {
         State.CREATED: WaitPolicy(timer_event="abandon", after_seconds=3600, owner="shop"),
         State.PACKED: WaitPolicy(escalate_after_seconds=600, owner="warehouse"),
-        State.SHIPPED: WaitPolicy(timer_event="lost_in_transit", after_seconds=86400, owner="carrier"),
+        # A fixed deadline (set once when first shipped), like a print job's expires_at.
+        State.SHIPPED: WaitPolicy(timer_event="lost_in_transit", deadline_field="deliver_by", owner="carrier"),
         State.MANUAL_REVIEW: WaitPolicy(escalate_after_seconds=0, owner="operators"),
     }
     REVIEW_EVENT = "route_to_review"
@@ -47,6 +50,7 @@ class Parcel(StateMachine):
     address = models.CharField(max_length=200, blank=True, default="")
     weight_grams = models.PositiveIntegerField(default=0)
     booking = models.CharField(max_length=50, blank=True, default="")
+    deliver_by = models.DateTimeField(null=True, blank=True)
     notes = models.JSONField(default=list, blank=True)
     history = HistoricalRecords(bases=[ActorHistory])
 
@@ -58,6 +62,7 @@ class Parcel(StateMachine):
     @transition(field=state, source=State.PACKED, target=State.SHIPPED, conditions=[weight_matches])
     def ship(self, ctx):
         self.booking = ctx.payload["booking"]
+        self.deliver_by = self.deliver_by or ctx.now + timedelta(days=1)
         ctx.emit("parcel.notify", key=f"parcel:{self.pk}:carrier-handoff:{self.booking}")
 
     @transition(field=state, source=State.SHIPPED, target=State.SHIPPED)

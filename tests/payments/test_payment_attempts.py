@@ -193,3 +193,29 @@ def test_a_subscriber_failure_rolls_the_fact_back(sandbox):
     attempt.refresh_from_db()
     assert attempt.state == "capture_pending"
     assert OutboxItem.objects.get(effect_key=f"payatt:{attempt.public_id}:capture").state == "retry_scheduled"
+
+
+def test_a_create_that_times_out_is_resolved_by_replaying_it_under_its_key(sandbox, settings):
+    settings.STRIPE_TIMEOUT_SECONDS = 0.5
+    sandbox.fault("payment_intent.create", "delay", seconds=2, when="after")
+    attempt = start()
+
+    drain()
+    attempt.refresh_from_db()
+    assert (attempt.state, attempt.pending_operation, attempt.provider_intent_id) == ("unknown", "create", "")
+    with clock.travel(QUERY_DELAY):
+        drain()
+
+    attempt.refresh_from_db()
+    intents = sandbox.ledger()["payment_intents"]
+    assert len(intents) == 1
+    assert (attempt.state, attempt.provider_intent_id) == ("authorized", intents[0]["id"])
+
+
+def test_a_caller_may_deliver_the_authorization_now_instead_of_waiting_for_a_worker(sandbox):
+    attempt = start()
+
+    attempt = services.payment_attempt_deliver_now(attempt_id=attempt.pk)
+
+    assert attempt.state == "authorized"
+    assert pending_effects() == []

@@ -276,3 +276,50 @@ def test_a_pending_refund_settles_later_with_an_event(sandbox):
 
     assert get(sandbox, f"/v1/refunds/{refund['id']}").json()["status"] == "failed"
     assert [e["type"] for e in sandbox.events()][-2:] == ["refund.updated", "refund.failed"]
+
+
+def test_the_management_command_serves_the_sandbox(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.sandbox_provider import REPO_ROOT
+
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "run_sandbox_provider", "--port", "0", "--db", str(tmp_path / "s.sqlite3")],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        url = process.stdout.readline().strip().split()[-1]
+        health = requests.get(f"{url}/_sandbox/health", timeout=10)
+        created = requests.post(f"{url}/v1/payment_intents", data=CREATE, timeout=10,
+                                headers={"Authorization": "Bearer sk_test_anything", "Idempotency-Key": "c1"})
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+    assert health.json()["ok"] is True
+    assert created.json()["status"] == "requires_capture"
+
+
+def test_the_ledger_survives_a_restart(tmp_path):
+    from tests.sandbox_provider import SANDBOX_API_KEY, start_sandbox
+
+    db = tmp_path / "ledger.sqlite3"
+    auth = {"Authorization": f"Bearer {SANDBOX_API_KEY}"}
+    process, url = start_sandbox(db)
+    try:
+        created = requests.post(f"{url}/v1/payment_intents", data=CREATE, timeout=10,
+                                headers={**auth, "Idempotency-Key": "durable"}).json()
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    process, url = start_sandbox(db)
+    try:
+        retrieved = requests.get(f"{url}/v1/payment_intents/{created['id']}", headers=auth, timeout=10)
+        replayed = requests.post(f"{url}/v1/payment_intents", data=CREATE, timeout=10,
+                                 headers={**auth, "Idempotency-Key": "durable"})
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+    assert retrieved.json() == created
+    assert replayed.headers["Idempotent-Replayed"] == "true" and replayed.json()["id"] == created["id"]

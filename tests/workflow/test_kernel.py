@@ -164,6 +164,7 @@ def test_dry_run_answers_without_writing_anything():
     assert (preview.result, preview.state, preview.version, preview.transition_id) == ("applied", "packed", 2, None)
     assert preview.effect_keys == [f"parcel:{parcel.pk}:packing-slip"]
     assert counts() == before
+    assert (parcel.state, parcel.state_version) == ("created", 1)  # the caller's instance is untouched too
     parcel.refresh_from_db()
     assert (parcel.state, parcel.state_version) == ("created", 1)
     # the identity was not consumed by the dry run
@@ -318,3 +319,20 @@ def test_concurrent_deliveries_of_one_identity_apply_once():
         t.join(30)
     assert sorted(results) == ["already_applied"] * 7 + ["applied"]
     assert OutboxItem.objects.filter(aggregate_id=parcel.pk).count() == 1
+
+
+def test_a_rule_breaking_a_constraint_is_an_error_not_a_retried_race(monkeypatch):
+    """IntegrityError is reclassified only for the identity race; a rule's own violation surfaces at once."""
+    from django.db import IntegrityError
+
+    parcel = new_parcel()
+    tries = []
+    real_apply_once = kernel._apply_once
+    monkeypatch.setattr(kernel, "_apply_once", lambda *a, **k: tries.append(1) or real_apply_once(*a, **k))
+
+    with pytest.raises(IntegrityError):  # weight_grams is a PositiveIntegerField: CHECK (>= 0) in PostgreSQL
+        kernel.apply(parcel, "pack", "e1", {"weight_grams": -5})
+
+    assert tries == [1]
+    parcel.refresh_from_db()
+    assert (parcel.state, parcel.state_version) == ("created", 1)
