@@ -77,6 +77,13 @@ def apply_ratios(rows: list[Row], *, smoke: bool = False) -> None:
                     row.notes = (
                         row.notes + f" kernel writes / naive = {kernel.throughput / row.throughput:.2f}"
                     ).strip()
+        elif row.case == "7 print":
+            floor = _floor_for(rows, row.concurrency, row)
+            if floor is not None and floor.throughput:
+                row.baseline, row.ratio = f"floor c{floor.concurrency}", row.throughput / floor.throughput
+            doubles = sum(row.kinds.get(k, 0) for k in ("double_client", "double_db", "fenced_twice"))
+            row.target = "0 leased twice, 0 non-2xx"
+            row.status = "ok" if doubles == 0 and row.kinds.get("non-2xx", 0) == 0 else "MISS"
         elif row.case == "5 outbox" and row.variant.startswith("celery"):
             raw = _by(rows, "5 outbox", row.concurrency, "raw SKIP LOCKED")
             if raw is None:

@@ -20,6 +20,8 @@ ALL_CASES = ("floor", "kernel", "naive", "http", "outbox", "scale", "printing")
 class Plan:
     aggregates: int = 100_000
     payment_attempts: int = 100_000
+    print_pollers: int = 50
+    print_jobs: int = 30_000
     duration: float = 5.0
     rounds: int = 3  # interleaved windows per variant in cases 1-3 (see bench/interleave.py)
     concurrencies: tuple[int, ...] = (1, 16)
@@ -36,6 +38,8 @@ class Plan:
 SMOKE = Plan(
     aggregates=20_000,
     payment_attempts=4000,
+    print_pollers=10,
+    print_jobs=2000,
     duration=1.0,
     rounds=2,
     concurrencies=(1, 4),

@@ -119,7 +119,17 @@ class Suite:
         if "printing" in cases:
             from .cases import printing
 
-            self.lines.append(printing.run())
+            rows, line = printing.run(
+                self.conn,
+                pollers=self.plan.print_pollers,
+                jobs=self.plan.print_jobs,
+                duration=self.plan.duration,
+                log=self.log,
+            )
+            for row in rows:
+                self.add(row)
+            if line:
+                self.lines.append(line)
         self.finish()
 
     def run_transition_cases(self, cases: list[str]) -> None:
