@@ -74,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, help="seconds per timed case")
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL))
     parser.add_argument("--broker-url", default=os.environ.get("BENCH_BROKER_URL", DEFAULT_BROKER_URL))
+    parser.add_argument(
+        "--subject",
+        choices=["bench_order", "order"],
+        default=os.environ.get("BENCH_SUBJECT", "bench_order"),
+        help="the machine cases 1, 2, 6 and the bench endpoint of 4 drive (bench/subject.py)",
+    )
     parser.add_argument("--output", default=str(RESULTS_DIR / "latest.json"))
     parser.add_argument("--keep-database", action="store_true", help="leave the bench database behind")
     parser.add_argument(
@@ -91,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown cases {sorted(unknown)}")
 
+    os.environ["BENCH_SUBJECT"] = args.subject  # read by bench.subject (and by gunicorn's workers)
     queue = configure_environment(args.database_url, args.broker_url)
     from . import db
 

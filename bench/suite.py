@@ -13,7 +13,7 @@ from pathlib import Path
 from . import db, report
 from .measure import Row
 from .pools import AggregatePool
-from .subject import SUBJECT, WEBHOOK
+from .subject import BENCH_ORDER, SUBJECT, WEBHOOK
 
 
 class Suite:
@@ -46,7 +46,7 @@ class Suite:
         db.generate_naive(self.conn, n)
         db.analyze(self.conn)
         self.pool = AggregatePool(range(1, n + 1))
-        self.naive_pool = AggregatePool(range(1, n + 1))
+        self.naive_pool = AggregatePool(range(1, n + 1), subject=BENCH_ORDER)
         self.log(f"generated {n} {SUBJECT.label} + {n} naive orders with COPY in {time.monotonic() - t0:.1f}s")
 
     def add(self, row: Row) -> Row:
