@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     from . import db
 
     started = time.monotonic()
-    _log(f"database {db.db_name(args.database_url)}: recreating and migrating")
+    _log(f"database {db.db_name(args.database_url)}: recreating and migrating; broker queue {queue}")
     db.recreate_database(args.database_url)
     import django
 
@@ -124,6 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         suite.run(cases)
     finally:
         suite.close()
+        from .cases.outbox import purge_queue
+
+        try:
+            purge_queue(args.broker_url, queue)  # kernel/naive cases leave their after-commit messages there
+        except Exception as exc:  # noqa: BLE001 - a broker hiccup must not hide the results
+            _log(f"could not purge broker queue {queue}: {exc}")
         if not args.keep_database:
             from django.db import connections
 
