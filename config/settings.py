@@ -137,7 +137,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_out": str(_broker_dir / "out"),
         "processed_folder": str(_broker_dir / "processed"),
         "store_processed": False,
+        "control_folder": str(_broker_dir / "control"),  # exchange tables (default: ./control in the checkout)
     }
+    CELERY_BROKER_TRANSPORT = "config.broker:Transport"  # the filesystem transport, writing messages atomically
 # One queue per deployment (and per checkout in tests), so two apps sharing a Redis never swap work.
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "ledgerflow")
 CELERY_TASK_IGNORE_RESULT = True
