@@ -54,11 +54,16 @@ def build_proposed_kernel():
     return module
 
 
+_built: list = []
+
+
 @contextlib.contextmanager
 def proposed_kernel():
     from workflow import kernel
 
-    module = build_proposed_kernel()
+    if not _built:
+        _built.append(build_proposed_kernel())
+    module = _built[0]
     if module is None:
         yield False
         return
