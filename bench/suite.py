@@ -133,12 +133,12 @@ class Suite:
         self.finish()
 
     def run_transition_cases(self, cases: list[str]) -> None:
-        """Cases 1-3 as one interleaved group per concurrency: the floor, the kernel (current and as
-        proposed in bench/proposals/kernel.diff, with and without the broker push) and the naive
-        baseline alternate in short windows, so every ratio compares the same minutes of a noisy machine."""
+        """Cases 1-3 as one interleaved group per concurrency: the floor, the kernel (with and without the
+        broker push) and the naive baseline alternate in short windows, so every ratio compares the same
+        minutes of a noisy machine."""
         from .cases import floor, kernel, naive
         from .interleave import Variant, run_interleaved
-        from .proposals import enqueue_on_commit, proposed_kernel
+        from .proposals import enqueue_on_commit
 
         table = SUBJECT.model()._meta.db_table
         for c in self.plan.concurrencies:
@@ -155,7 +155,6 @@ class Suite:
                         return kernel.KernelWorker(self.pool, fraction, seed=1000 + n)
 
                     group.append(Variant("2 kernel", f"apply, {what}", make))
-                    group.append(Variant("2 kernel", f"PROPOSED apply, {what}", make, proposed_kernel))
 
                 def make_writer(n):
                     return kernel.KernelWorker(self.pool, 0.0, seed=2000 + n)
@@ -163,15 +162,7 @@ class Suite:
                 def no_push():
                     return enqueue_on_commit(False)
 
-                @contextlib.contextmanager
-                def proposed_no_push():
-                    with proposed_kernel() as available, enqueue_on_commit(False):
-                        yield available
-
                 group.append(Variant("2 kernel", "apply, writes only, no broker push", make_writer, no_push))
-                group.append(
-                    Variant("2 kernel", "PROPOSED apply, writes only, no broker push", make_writer, proposed_no_push)
-                )
             if "naive" in cases:
                 group.append(
                     Variant(
@@ -183,11 +174,6 @@ class Suite:
             rows = run_interleaved(group, concurrency=c, duration=self.plan.duration, rounds=self.plan.rounds)
             for row in rows:
                 self.add(row)
-            if "kernel" in cases and not any(r.variant.startswith("PROPOSED") for r in rows):
-                self.lines.append(
-                    "proposed kernel: bench/proposals/kernel.diff no longer applies to "
-                    "workflow/kernel.py (or `patch` is missing); its rows were skipped"
-                )
 
     def finish(self) -> None:
         report.apply_ratios(self.rows, smoke=self.smoke)
