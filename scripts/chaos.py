@@ -169,6 +169,13 @@ class Stack:
                 self.kill(name, signal.SIGTERM)
             except (subprocess.TimeoutExpired, ProcessLookupError):
                 self.kill(name, signal.SIGKILL)
+        try:  # the run's own queue (and its unacked copies) leave the shared Redis with it
+            import redis
+
+            client = redis.Redis.from_url(self.env["CELERY_BROKER_URL"])
+            client.delete(self.queue, *client.keys(f"{self.queue}*"))
+        except Exception as exc:  # noqa: BLE001 - cleanup only
+            log(f"could not delete the queue {self.queue}: {exc}")
 
 
 def wait_http(url: str, timeout: float = 60) -> None:
