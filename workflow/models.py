@@ -145,8 +145,12 @@ class OutboxItem(StateMachine):
 
     @transition(field=state, source=State.DEAD, target=State.PENDING, custom={"repair": True})
     def requeue(self, ctx):
-        # A fresh budget of attempts; the earlier ones stay in OutboxAttempt.
-        self.max_attempts = self.attempts + int(ctx.payload.get("extra_attempts", 0) or self.max_attempts)
+        # A fresh budget of attempts (the effect type's own, unless the repair names one): not the
+        # current max_attempts, which already counts earlier requeues and would double every time.
+        from .outbox import effect_config
+
+        fresh = int(ctx.payload.get("extra_attempts", 0) or 0) or effect_config(self.effect_type).max_attempts
+        self.max_attempts = self.attempts + fresh
         self.next_attempt_at = ctx.now
         self.last_error = ""
 

@@ -57,3 +57,39 @@ def test_a_cancelled_order_releases_its_hold_even_when_workers_crash(payments_po
     assert set(Reservation.objects.filter(order_id=order.pk).values_list("state", flat=True)) == {"released"}
     assert invariant_violations() == [] and all_history_mismatches() == []
     assert len([r for r in payments_port.ledger()["refunds"] if r["status"] == "succeeded"]) <= 1
+
+
+def test_each_requeue_of_a_dead_promise_gives_the_effect_types_budget_not_double(settings):
+    """Found by the protocol test (soak, seed 777): provider down → dead → requeue, three times; the
+    fourth outage never went dead, because each requeue granted ``attempts + max_attempts`` and
+    max_attempts already counted the earlier requeues (8, 16, 32 … fresh attempts)."""
+    from datetime import timedelta
+
+    from tests.kernel_app.models import Parcel
+    from workflow import clock, kernel
+    from workflow.models import OutboxItem
+
+    def fail(item):
+        raise outbox.RetryableEffectError("provider down")
+
+    saved = dict(outbox._registry)
+    outbox.effect_handler("parcel.notify", max_attempts=3, base_delay_seconds=1, replace=True)(fail)
+    try:
+        parcel = kernel.create(Parcel, actor="test", address="A", weight_grams=0)
+        kernel.apply(parcel, "pack", "pack-1", {"weight_grams": 100}, actor="test")
+        item = OutboxItem.objects.get(effect_type="parcel.notify", aggregate_id=parcel.pk)
+        offset = timedelta(0)
+        for round_number in range(1, 5):
+            fresh = 0
+            while OutboxItem.objects.get(pk=item.pk).state != "dead":
+                offset += timedelta(hours=1)
+                with clock.travel(offset):
+                    outbox.deliver_one(item.pk)
+                fresh += 1
+                assert fresh <= 3, f"round {round_number}: more than the effect type's 3 attempts"
+            assert fresh == 3
+            with clock.travel(offset):
+                outbox.outbox_requeue(item_id=item.pk, actor="user:olga", reason="provider is back")
+    finally:
+        outbox._registry.clear()
+        outbox._registry.update(saved)
