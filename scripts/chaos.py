@@ -198,6 +198,7 @@ class Load:
         self.lock = threading.Lock()
         self.counts: collections.Counter = collections.Counter()
         self.errors: list[str] = []
+        self.retry_refusals: list[str] = []  # 4xx answers to a command retried after a 5xx
 
     def note(self, what: str, status: int, body) -> None:
         with self.lock:
@@ -218,7 +219,10 @@ class Load:
             if status and status < 500:
                 if attempt:
                     with self.lock:
-                        self.counts["commands_recovered_by_retry"] += 1
+                        recovered = status < 400
+                        self.counts["commands_recovered_by_retry" if recovered else "commands_refused_on_retry"] += 1
+                        if not recovered:
+                            self.retry_refusals.append(f"{what} {status} {str(answer)[:300]}")
                 return status, answer
             if attempt < retries:
                 time.sleep(1)
@@ -547,6 +551,10 @@ def main() -> int:
         print("dead letters (effect type, error):")
         for effect_type, error in local["dead_letters"]:
             print(f"  {effect_type}: {error.splitlines()[0][:200]}")
+    if load.retry_refusals:
+        print("4xx answers to commands retried after a 5xx:")
+        for line in load.retry_refusals[:10]:
+            print("  " + line)
     if load.errors:
         print("5xx / errors seen by the load (first 10):")
         for line in load.errors[:10]:
