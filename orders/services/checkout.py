@@ -231,6 +231,11 @@ PASS_THROUGH = (OutOfStock, ValidationFailed, NotFound)
 
 
 def checkout_place(*, cart_id: int, checkout_key: str, actor: str, steps: StepRegistry | None = None) -> Order:
+    placed = Order.objects.filter(checkout_key=checkout_key, cart_id=cart_id).first()
+    if placed is not None and Cart.objects.filter(pk=cart_id, state=Cart.State.CONVERTED, order_id=placed.pk).exists():
+        # The same checkout again after it finished (e.g. the database went away before the caller's
+        # Idempotency-Key claim recorded the answer): the order it placed, not a 409 about the cart.
+        return placed
     ctx = CheckoutContext(cart_id=cart_id, checkout_key=checkout_key, actor=actor)
     completed: list[Step] = []
     for step in steps or default_steps():

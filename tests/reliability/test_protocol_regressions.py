@@ -9,6 +9,7 @@ from orders.models import Order, Reservation
 from orders.selectors import invariant_violations
 from orders.services import cart_add_item, cart_create, checkout_place, order_cancel, product_create
 from workflow import outbox
+from workflow.errors import LedgerflowError
 from workflow.selectors import all_history_mismatches
 
 pytestmark = pytest.mark.django_db
@@ -93,3 +94,20 @@ def test_each_requeue_of_a_dead_promise_gives_the_effect_types_budget_not_double
     finally:
         outbox._registry.clear()
         outbox._registry.update(saved)
+
+
+def test_a_finished_checkout_run_again_with_its_key_answers_its_order(payments_port):
+    """Seen while explaining ``make chaos``'s 4xx answers to retried checkouts: the database can go
+    away after a checkout committed but before the
+    Idempotency-Key claim stored its answer; the client's retry ran the checkout again and got
+    409 "cart is converted" instead of its order."""
+    product = product_create(sku="REG-2", name="Mug", unit_price=2500, currency="usd", stock_on_hand=5)
+    cart = cart_create(actor="buyer")
+    cart_add_item(cart_id=cart.pk, sku=product.sku, quantity=1, actor="buyer")
+    first = checkout_place(cart_id=cart.pk, checkout_key="buyer|key-1", actor="buyer")
+
+    again = checkout_place(cart_id=cart.pk, checkout_key="buyer|key-1", actor="buyer")
+
+    assert again.pk == first.pk and Order.objects.filter(cart_id=cart.pk).count() == 1
+    with pytest.raises(LedgerflowError):  # another checkout of the converted cart is still refused
+        checkout_place(cart_id=cart.pk, checkout_key="buyer|key-2", actor="buyer")
