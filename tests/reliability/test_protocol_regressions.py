@@ -98,9 +98,8 @@ def test_each_requeue_of_a_dead_promise_gives_the_effect_types_budget_not_double
 
 def test_a_finished_checkout_run_again_with_its_key_answers_its_order(payments_port):
     """Seen while explaining ``make chaos``'s 4xx answers to retried checkouts: the database can go
-    away after a checkout committed but before the
-    Idempotency-Key claim stored its answer; the client's retry ran the checkout again and got
-    409 "cart is converted" instead of its order."""
+    away after a checkout committed but before the Idempotency-Key claim stored its answer; the
+    client's retry then ran the checkout again and got 409 "cart is converted" instead of its order."""
     product = product_create(sku="REG-2", name="Mug", unit_price=2500, currency="usd", stock_on_hand=5)
     cart = cart_create(actor="buyer")
     cart_add_item(cart_id=cart.pk, sku=product.sku, quantity=1, actor="buyer")
