@@ -107,7 +107,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["workflow.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["workflow.auth.HasRequiredScopes"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["workflow.inputs.StrictJSONParser"],
     "EXCEPTION_HANDLER": "workflow.errors.api_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,

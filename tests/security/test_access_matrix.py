@@ -28,10 +28,10 @@ pytestmark = pytest.mark.django_db
 
 # Bodies that pass validation, so that an authorized POST to a missing object reaches the lookup (404).
 VALID_BODIES = {
-    "api/v1/carts/<int:cart_id>/items": {"sku": "sku-1", "quantity": 1},
-    "api/v1/orders/<int:order_id>/events": {"type": "shipped", "identity": "matrix-1"},
-    "api/v1/test-parcels/<int:parcel_id>/events": {"type": "ship", "identity": "matrix-1"},
-    "api/v1/station/jobs/<int:job_id>/report": {"event_id": "matrix-1", "lease_token": "t", "kind": "received"},
+    "api/v1/carts/<id:cart_id>/items": {"sku": "sku-1", "quantity": 1},
+    "api/v1/orders/<id:order_id>/events": {"type": "shipped", "identity": "matrix-1"},
+    "api/v1/test-parcels/<id:parcel_id>/events": {"type": "ship", "identity": "matrix-1"},
+    "api/v1/station/jobs/<id:job_id>/report": {"event_id": "matrix-1", "lease_token": "t", "kind": "received"},
 }
 
 AUTHORIZED = "authorized"
