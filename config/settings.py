@@ -122,7 +122,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    "SERVE_AUTHENTICATION": [],  # the schema and docs are public: no credential is parsed (or refused) there
+    "SERVE_AUTHENTICATION": [],
+    "PATH_CONVERTER_OVERRIDE": {"id": {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}},  # workflow.converters  # the schema and docs are public: no credential is parsed (or refused) there
 }
 
 SIMPLE_HISTORY_HISTORY_CHANGE_REASON_USE_TEXT_FIELD = True

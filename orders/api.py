@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -38,6 +38,7 @@ class ProductOut(serializers.Serializer):
 class ProductCreateApi(APIView):
     required_scopes = "catalog:write"
 
+    @extend_schema_serializer(component_name="ProductCreateInput")
     class InputSerializer(StrictInput):
         sku = serializers.RegexField(r"^[A-Za-z0-9._-]{1,64}$")
         name = serializers.CharField(max_length=200)
@@ -91,6 +92,7 @@ class CartCreateApi(APIView):
 class CartItemAddApi(APIView):
     required_scopes = "carts:write"
 
+    @extend_schema_serializer(component_name="CartItemAddInput")
     class InputSerializer(StrictInput):
         sku = serializers.CharField(max_length=64)
         quantity = serializers.IntegerField(min_value=1, max_value=10_000)
@@ -161,6 +163,7 @@ def order_body(order) -> dict:
 class CheckoutApi(APIView):
     required_scopes = "checkout:write"
 
+    @extend_schema_serializer(component_name="CheckoutInput")
     class InputSerializer(StrictInput):
         cart_id = serializers.IntegerField(min_value=1, max_value=MAX_ID)
 
@@ -224,6 +227,7 @@ def _outcome_response(outcome, *, success_status: int = 200) -> Response:
 class OrderCancelApi(APIView):
     required_scopes = "orders:write"
 
+    @extend_schema_serializer(component_name="OrderCancelInput")
     class InputSerializer(StrictInput):
         reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
@@ -263,6 +267,7 @@ class OrderPaymentAttemptApi(APIView):
 class OrderEventApi(APIView):
     required_scopes = "orders:events"
 
+    @extend_schema_serializer(component_name="OrderEventInput")
     class InputSerializer(StrictInput):
         type = serializers.CharField(max_length=64)
         identity = serializers.CharField(max_length=255)

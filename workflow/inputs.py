@@ -59,6 +59,7 @@ def parse_json_body(raw: bytes) -> Any:
     text = raw.decode("utf-8")  # UnicodeDecodeError is a ValueError
     data = json.loads(text, parse_constant=_refuse_constant)
     if (where := unstorable_text(data)) is not None:
+        where = json.dumps(where)[1:-1][:200]  # escaped: the message itself must be storable (idempotency claims)
         raise ValueError(f"{where}: text may not contain NUL characters or lone surrogates, nor nest deeper "
                          f"than {MAX_DEPTH} levels")
     return data
