@@ -49,6 +49,37 @@ def _contract_problem(response) -> str | None:
     return None
 
 
+def _fuzzer(operation, mode, token: str, base_url: str, session, counts: dict, failures: list):
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @hypothesis_settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
+                         phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+    def fuzz(case):
+        # when the case is sent
+        response = case.call(base_url=base_url, session=session, headers={"Authorization": f"Bearer {token}"})
+        counts["requests"] += 1
+        where = (f"{case.method} {case.formatted_path} [{mode.value}] query={case.query!r} "
+                 f"body={str(getattr(case, 'body', None))[:200]} → {response.status_code} "
+                 f"{response.content[:300]!r}")
+        # then no server error, errors in the contract's shape, successes as documented
+        if response.status_code >= 500:
+            counts["5xx"] += 1
+            failures.append(f"5xx: {where}")
+        elif response.status_code >= 400:
+            counts["4xx"] += 1
+            if problem := _contract_problem(response):
+                counts["shape"] += 1
+                failures.append(f"{problem}: {where}")
+        else:
+            counts["2xx"] += 1
+            try:
+                case.validate_response(response, checks=[response_schema_conformance])
+            except Exception as exc:  # noqa: BLE001 - collect every mismatch, report them together
+                counts["schema"] += 1
+                failures.append(f"response schema: {where}: {str(exc)[:400]}")
+
+    return fuzz
+
+
 def test_fuzz_every_operation(live_server, quick_long_polls, capsys):
     # given the served schema, an integrator key with every scope and a station token
     _, api_key = create_api_key(name="fuzzer", scopes=["*"])
@@ -63,37 +94,7 @@ def test_fuzz_every_operation(live_server, quick_long_polls, capsys):
         token = station_token if operation.path.startswith("/api/v1/station/") else api_key
         counts["operations"] += 1
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-
-            @given(case=operation.as_strategy(generation_mode=mode))
-            @hypothesis_settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
-                                 phases=[Phase.explicit, Phase.generate],
-                                 suppress_health_check=list(HealthCheck))
-            def fuzz(case):
-                # when the case is sent
-                response = case.call(base_url=live_server.url, session=session,
-                                     headers={"Authorization": f"Bearer {token}"})
-                counts["requests"] += 1
-                where = (f"{case.method} {case.formatted_path} [{mode.value}] query={case.query!r} "
-                         f"body={str(getattr(case, 'body', None))[:200]} → {response.status_code} "
-                         f"{response.content[:300]!r}")
-                # then no server error, errors in the contract's shape, successes as documented
-                if response.status_code >= 500:
-                    counts["5xx"] += 1
-                    failures.append(f"5xx: {where}")
-                elif response.status_code >= 400:
-                    counts["4xx"] += 1
-                    if problem := _contract_problem(response):
-                        counts["shape"] += 1
-                        failures.append(f"{problem}: {where}")
-                else:
-                    counts["2xx"] += 1
-                    try:
-                        case.validate_response(response, checks=[response_schema_conformance])
-                    except Exception as exc:  # noqa: BLE001 - collect every mismatch, report them together
-                        counts["schema"] += 1
-                        failures.append(f"response schema: {where}: {str(exc)[:400]}")
-
-            fuzz()
+            _fuzzer(operation, mode, token, live_server.url, session, counts, failures)()
 
     with capsys.disabled():
         print(f"\nfuzzing: {counts}")
