@@ -154,10 +154,10 @@ CELERY_BEAT_SCHEDULE = {
                     "schedule": float(os.environ.get("TIMER_SWEEP_SECONDS", "5"))},
     "payments-reconcile": {"task": "payments.tasks.reconcile_payments",
                            "schedule": float(os.environ.get("PAYMENTS_RECONCILE_SECONDS", "900"))},
+    "print-content-purge": {"task": "printing.tasks.purge_print_content", "schedule": 3600.0},
+    "orders-reconcile-checkouts": {"task": "orders.tasks.reconcile_stuck_checkouts", "schedule": 60.0},
+    "orders-audit": {"task": "orders.tasks.audit_invariants", "schedule": 3600.0},
 }
-CELERY_BEAT_SCHEDULE["print-content-purge"] = {"task": "printing.tasks.purge_print_content", "schedule": 3600.0}
-CELERY_BEAT_SCHEDULE["orders-reconcile-checkouts"] = {"task": "orders.tasks.reconcile_stuck_checkouts", "schedule": 60.0}
-CELERY_BEAT_SCHEDULE["orders-audit"] = {"task": "orders.tasks.audit_invariants", "schedule": 3600.0}
 # Whether a committed outbox item is also pushed to the broker at once (the sweep covers it either way).
 OUTBOX_ENQUEUE_ON_COMMIT = env_bool("OUTBOX_ENQUEUE_ON_COMMIT", True)
 

@@ -80,9 +80,21 @@ class Violation:
 
 
 def _paid_without_capture() -> list[Violation]:
-    rows = Order.objects.filter(state__in=Order.CAPTURED_STATES, capture_ref="").values_list("pk", "state")
-    return [Violation("paid_implies_capture", Order.aggregate_label(), pk, f"order is {state} with no capture recorded")
-            for pk, state in rows]
+    """Paid (or further) ⇒ the order holds a capture, and the payments attempt it names is captured."""
+    from payments.models import PaymentAttempt
+
+    label = Order.aggregate_label()
+    paid = Order.objects.filter(state__in=Order.CAPTURED_STATES)
+    out = [Violation("paid_implies_capture", label, pk, f"order is {state} with no capture recorded")
+           for pk, state in paid.filter(capture_ref="").values_list("pk", "state")]
+    with_attempt = paid.exclude(capture_ref="").filter(current_attempt_id__isnull=False)
+    attempts = dict(PaymentAttempt.objects.filter(owner_type=label, pk__in=with_attempt.values("current_attempt_id"))
+                    .values_list("pk", "state"))
+    for pk, state, attempt_id in with_attempt.values_list("pk", "state", "current_attempt_id"):
+        if attempt_id in attempts and attempts[attempt_id] != PaymentAttempt.State.CAPTURED:
+            out.append(Violation("paid_implies_capture", label, pk,
+                                 f"order is {state} but payment attempt {attempt_id} is {attempts[attempt_id]}"))
+    return out
 
 
 def _cancelled_with_live_reservation() -> list[Violation]:

@@ -340,8 +340,15 @@ def apply(aggregate: StateMachine | tuple[type[StateMachine], int], event_type: 
                     raise _DryRunRollback(outcome)
         except _DryRunRollback as rollback:
             outcome = rollback.outcome
-        except (_LostRace, IntegrityError) as exc:
-            # Someone moved the aggregate (or recorded this identity) after we read it: classify again.
+        except _LostRace as exc:
+            # Someone moved the aggregate after we read it: classify again against the new row.
+            last_error = exc
+            continue
+        except IntegrityError as exc:
+            # Only a concurrent recording of this very identity is a race to reclassify; any other
+            # constraint a rule breaks is a bug and surfaces as such.
+            if not _is_identity_race(exc):
+                raise
             last_error = exc
             continue
         if caller_instance is not None and outcome.aggregate is not None and not dry_run:
@@ -468,6 +475,14 @@ def _apply_once(model: type[StateMachine], pk: int, event_type: str, identity: s
     return Outcome(result=ctx.result, state=to_state, version=new_version, transition_id=transition_row.pk,
                    replayed=False, detail=ctx.detail, from_state=from_state, aggregate=agg,
                    effect_keys=[e.effect_key for e in ctx.effects])
+
+
+def _is_identity_race(exc: IntegrityError) -> bool:
+    constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
+    if constraint is not None:
+        return constraint == "transition_identity_once"
+    # SQLite names the columns instead of the constraint.
+    return "workflow_transition.event_identity" in str(exc)
 
 
 def _restore(instance: models.Model, before: dict[str, Any]) -> None:

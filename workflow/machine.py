@@ -74,6 +74,26 @@ class StateMachine(FSMModelMixin, models.Model):
     class Meta:
         abstract = True
 
+    def refresh_from_db(self, using=None, fields=None, from_queryset=None) -> None:
+        """Reload from the database without toggling the state field's ``protected`` flag.
+
+        django-fsm's FSMModelMixin switches protection off on the *shared* field while it refreshes,
+        which races between threads (gunicorn threads, Celery thread pools): another thread's refresh
+        can fail with "Direct state modification is not allowed". Copying the loaded values into this
+        instance's ``__dict__`` touches nothing shared.
+        """
+        if from_queryset is None:
+            from_queryset = type(self)._base_manager.db_manager(using, hints={"instance": self})
+        fresh = from_queryset.get(pk=self.pk)
+        wanted = set(fields) if fields is not None else None
+        for field in self._meta.concrete_fields:
+            if wanted is not None and field.attname not in wanted and field.name not in wanted:
+                continue
+            self.__dict__[field.attname] = fresh.__dict__.get(field.attname)
+            if field.is_relation and field.is_cached(self):
+                field.delete_cached_value(self)
+        self._state.db = fresh._state.db
+
     # --- introspection used by the kernel, the tests, the diagrams and the console --------------
     @classmethod
     def aggregate_label(cls) -> str:

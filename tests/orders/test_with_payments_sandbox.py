@@ -155,3 +155,17 @@ def test_operator_retries_a_failed_refund_through_payments(payments_port, place_
     assert (row.event_type, row.actor, row.reason) == ("retry", "operator:ana", "card reissued, ticket 77")
     statuses = sorted(r["status"] for r in payments_port.ledger()["refunds"])
     assert statuses == ["failed", "succeeded"]
+
+
+def test_audit_checks_the_capture_at_payments(payments_port, place_order):
+    from orders.selectors import invariant_violations
+
+    order = place_order(1)
+    drain()
+    assert invariant_violations() == []
+    # plant a disagreement: the order says paid, payments' attempt row says authorized
+    PaymentAttempt.objects.filter(pk=order.current_attempt_id).update(state="authorized")
+
+    found = [(v.invariant, v.aggregate_id) for v in invariant_violations()]
+
+    assert ("paid_implies_capture", order.pk) in found

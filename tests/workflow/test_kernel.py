@@ -319,3 +319,46 @@ def test_concurrent_deliveries_of_one_identity_apply_once():
         t.join(30)
     assert sorted(results) == ["already_applied"] * 7 + ["applied"]
     assert OutboxItem.objects.filter(aggregate_id=parcel.pk).count() == 1
+
+
+def test_a_rule_breaking_a_constraint_is_an_error_not_a_retried_race(monkeypatch):
+    """IntegrityError is reclassified only for the identity race; a rule's own violation surfaces at once."""
+    from django.db import IntegrityError
+
+    parcel = new_parcel()
+    tries = []
+    real_apply_once = kernel._apply_once
+    monkeypatch.setattr(kernel, "_apply_once", lambda *a, **k: tries.append(1) or real_apply_once(*a, **k))
+
+    with pytest.raises(IntegrityError):  # weight_grams is a PositiveIntegerField: CHECK (>= 0) in PostgreSQL
+        kernel.apply(parcel, "pack", "e1", {"weight_grams": -5})
+
+    assert tries == [1]
+    parcel.refresh_from_db()
+    assert (parcel.state, parcel.state_version) == ("created", 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_refresh_from_db_is_safe_across_threads():
+    """django-fsm's own refresh toggles protection on the shared field; ours must not race."""
+    parcels = [new_parcel() for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def refresh_many(parcel: Parcel) -> None:
+        try:
+            for _ in range(200):
+                parcel.refresh_from_db()
+                parcel.refresh_from_db(fields=["state", "state_version"])
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=refresh_many, args=(p,)) for p in parcels]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[:3]
+    with pytest.raises(AttributeError):  # and the field is still protected afterwards
+        parcels[0].state = "delivered"
