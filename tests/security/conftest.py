@@ -98,6 +98,16 @@ def table_counts() -> dict[str, int]:
         return dict(cursor.fetchall())
 
 
+def insert_delete_marks() -> tuple[int, int]:
+    """Inserts and deletes attempted so far in this transaction (PostgreSQL's per-transaction statistics).
+    Unchanged marks prove unchanged row counts, so ``table_counts`` is only needed when they moved."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT coalesce(sum(n_tup_ins), 0), coalesce(sum(n_tup_del), 0) "
+                       "FROM pg_stat_xact_user_tables")
+        ins, dels = cursor.fetchone()
+        return int(ins), int(dels)
+
+
 def database_dump(tables: list[str] | None = None) -> str:
     """Every row of the given (default: all) tables as text."""
     tables = tables or sorted(connection.introspection.table_names())
