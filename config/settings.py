@@ -123,6 +123,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "SERVE_AUTHENTICATION": [],
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "workflow.schema.add_error_responses"],
     "PATH_CONVERTER_OVERRIDE": {"id": {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}},  # workflow.converters  # the schema and docs are public: no credential is parsed (or refused) there
 }
 
