@@ -10,7 +10,7 @@ from urllib.parse import urlparse, urlunparse
 
 import psycopg
 
-from .subject import SUBJECT, Subject, payload_hash
+from .subject import BENCH_ORDER, SUBJECT, Subject, payload_hash
 
 SEED_ACTOR = "system:bench-seed"
 
@@ -88,14 +88,16 @@ def generate_aggregates(conn: psycopg.Connection, first_id: int, count: int, sub
     table = model._meta.db_table
     base = datetime.now(UTC) - timedelta(days=30)
     ids = range(first_id, first_id + count)
-    extra_names = list(subject.extra_columns(0))
-    version_of = {s: n + 1 for n, s in enumerate(["payment_pending", *[t for _, t in subject.forward.values()]])}
+    defaults = _column_defaults(model)
+    extra_names = list({**defaults, **subject.extra_columns(0)})
+    first = next(iter(subject.forward))
+    version_of = {s: n + 1 for n, s in enumerate([first, *[t for _, t in subject.forward.values()]])}
 
     def aggregate_rows():
         for i in ids:
             state = subject.state_of(i)
             at = base + timedelta(seconds=i % 2_000_000)
-            extra = subject.extra_columns(i)
+            extra = {**defaults, **subject.extra_columns(i)}
             yield [i, state, version_of.get(state, 2), at, at, at, *[extra[k] for k in extra_names]]
 
     _copy(
@@ -155,7 +157,20 @@ def generate_aggregates(conn: psycopg.Connection, first_id: int, count: int, sub
     conn.commit()
 
 
-def generate_naive(conn: psycopg.Connection, count: int, subject: Subject = SUBJECT) -> None:
+def _column_defaults(model) -> dict:
+    """NOT NULL columns beyond the StateMachine ones, filled with the model's Python defaults (Django sets
+    no database defaults, and COPY must name every NOT NULL column)."""
+    base = {"id", "state", "state_version", "entered_state_at", "created_at", "updated_at"}
+    out = {}
+    for f in model._meta.concrete_fields:
+        if f.column in base or f.null or not f.has_default():
+            continue
+        value = f.get_default()
+        out[f.column] = json.dumps(value) if f.get_internal_type() == "JSONField" else value
+    return out
+
+
+def generate_naive(conn: psycopg.Connection, count: int, subject: Subject = BENCH_ORDER) -> None:
     from bench.bench_app.models import NaiveOrder
 
     table = NaiveOrder._meta.db_table

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from .measure import Row
 
 
@@ -16,8 +18,10 @@ def _by(rows: list[Row], case: str, concurrency: int | None = None, variant: str
     return None
 
 
-def _floor_for(rows: list[Row], concurrency: int) -> Row | None:
-    floors = [r for r in rows if r.case == "1 floor"]
+def _floor_for(rows: list[Row], concurrency: int, before: Row | None = None) -> Row | None:
+    """The floor measured closest before ``before`` (same group or the minutes just before it)."""
+    upto = rows[: rows.index(before)] if before is not None and before in rows else rows
+    floors = [r for r in upto if r.case == "1 floor"][::-1] or [r for r in rows if r.case == "1 floor"]
     exact = [r for r in floors if r.concurrency == concurrency]
     if exact:
         return exact[0]
@@ -49,7 +53,7 @@ def apply_ratios(rows: list[Row], *, smoke: bool = False) -> None:
         if row.case == "1 floor":
             row.baseline, row.ratio = "itself", 1.0
         elif row.case in ("2 kernel", "3 naive", "4 http"):
-            floor = _floor_for(rows, row.concurrency)
+            floor = _floor_for(rows, row.concurrency, row)
             if floor is None:
                 continue
             row.baseline = f"floor c{floor.concurrency}"
@@ -73,6 +77,13 @@ def apply_ratios(rows: list[Row], *, smoke: bool = False) -> None:
                     row.notes = (
                         row.notes + f" kernel writes / naive = {kernel.throughput / row.throughput:.2f}"
                     ).strip()
+        elif row.case == "7 print":
+            floor = _floor_for(rows, row.concurrency, row)
+            if floor is not None and floor.throughput:
+                row.baseline, row.ratio = f"floor c{floor.concurrency}", row.throughput / floor.throughput
+            doubles = sum(row.kinds.get(k, 0) for k in ("double_client", "double_db", "fenced_twice"))
+            row.target = "0 leased twice, 0 non-2xx"
+            row.status = "ok" if doubles == 0 and row.kinds.get("non-2xx", 0) == 0 else "MISS"
         elif row.case == "5 outbox" and row.variant.startswith("celery"):
             raw = _by(rows, "5 outbox", row.concurrency, "raw SKIP LOCKED")
             if raw is None:
@@ -107,8 +118,16 @@ def apply_ratios(rows: list[Row], *, smoke: bool = False) -> None:
                 row.ratio = ratio  # informational: a full count is O(n) by nature
             else:
                 _judge(row, ratio, maximum=1.3)
+            server, server_small = _server_ms(row.notes), _server_ms(small.notes)
+            if server and server_small:
+                row.notes = f"{row.notes}; server-side ratio {server / server_small:.2f}"
         elif row.case == "6 scale":
             row.baseline, row.ratio = "itself", 1.0
+
+
+def _server_ms(notes: str) -> float | None:
+    match = re.search(r"server execution ([0-9.]+) ms", notes or "")
+    return float(match.group(1)) if match else None
 
 
 def _fmt(value, spec: str) -> str:

@@ -20,7 +20,10 @@ ALL_CASES = ("floor", "kernel", "naive", "http", "outbox", "scale", "printing")
 class Plan:
     aggregates: int = 100_000
     payment_attempts: int = 100_000
+    print_pollers: int = 50
+    print_jobs: int = 30_000
     duration: float = 5.0
+    rounds: int = 3  # interleaved windows per variant in cases 1-3 (see bench/interleave.py)
     concurrencies: tuple[int, ...] = (1, 16)
     http_concurrencies: tuple[int, ...] = (1, 8, 32)
     replay_fraction: float = 0.30
@@ -33,9 +36,12 @@ class Plan:
 
 
 SMOKE = Plan(
-    aggregates=4000,
+    aggregates=20_000,
     payment_attempts=4000,
+    print_pollers=10,
+    print_jobs=2000,
     duration=1.0,
+    rounds=2,
     concurrencies=(1, 4),
     http_concurrencies=(1, 4),
     outbox_backlog=1500,
@@ -68,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, help="seconds per timed case")
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL))
     parser.add_argument("--broker-url", default=os.environ.get("BENCH_BROKER_URL", DEFAULT_BROKER_URL))
+    parser.add_argument(
+        "--subject",
+        choices=["bench_order", "order"],
+        default=os.environ.get("BENCH_SUBJECT", "bench_order"),
+        help="the machine cases 1, 2, 6 and the bench endpoint of 4 drive (bench/subject.py)",
+    )
     parser.add_argument("--output", default=str(RESULTS_DIR / "latest.json"))
     parser.add_argument("--keep-database", action="store_true", help="leave the bench database behind")
     parser.add_argument(
@@ -85,11 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown cases {sorted(unknown)}")
 
+    os.environ["BENCH_SUBJECT"] = args.subject  # read by bench.subject (and by gunicorn's workers)
     queue = configure_environment(args.database_url, args.broker_url)
     from . import db
 
     started = time.monotonic()
-    _log(f"database {db.db_name(args.database_url)}: recreating and migrating")
+    _log(f"database {db.db_name(args.database_url)}: recreating and migrating; broker queue {queue}")
     db.recreate_database(args.database_url)
     import django
 
@@ -111,6 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         suite.run(cases)
     finally:
         suite.close()
+        from .cases.outbox import purge_queue
+
+        try:
+            purge_queue(args.broker_url, queue)  # kernel/naive cases leave their after-commit messages there
+        except Exception as exc:  # noqa: BLE001 - a broker hiccup must not hide the results
+            _log(f"could not purge broker queue {queue}: {exc}")
         if not args.keep_database:
             from django.db import connections
 

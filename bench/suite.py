@@ -13,7 +13,7 @@ from pathlib import Path
 from . import db, report
 from .measure import Row
 from .pools import AggregatePool
-from .subject import SUBJECT, WEBHOOK
+from .subject import BENCH_ORDER, SUBJECT, WEBHOOK
 
 
 class Suite:
@@ -46,7 +46,7 @@ class Suite:
         db.generate_naive(self.conn, n)
         db.analyze(self.conn)
         self.pool = AggregatePool(range(1, n + 1))
-        self.naive_pool = AggregatePool(range(1, n + 1))
+        self.naive_pool = AggregatePool(range(1, n + 1), subject=BENCH_ORDER)
         self.log(f"generated {n} {SUBJECT.label} + {n} naive orders with COPY in {time.monotonic() - t0:.1f}s")
 
     def add(self, row: Row) -> Row:
@@ -69,55 +69,14 @@ class Suite:
     def run(self, cases: list[str]) -> None:
         if {"floor", "kernel", "naive", "http"} & set(cases):
             self.prepare_aggregates()
-        floor_concurrencies = sorted(
-            {
-                *self.plan.concurrencies,
-                *[min(c, max(self.plan.concurrencies)) for c in self.plan.http_concurrencies],
-            }
-        )
-        if {"floor", "kernel", "naive", "http"} & set(cases):
+        if {"floor", "kernel", "naive"} & set(cases):
+            self.run_transition_cases(cases)
+        if "http" in cases:
             from .cases import floor
 
-            for c in floor_concurrencies:
+            # the floors the HTTP rows are read against, measured right before them
+            for c in sorted({min(c, max(self.plan.concurrencies)) for c in self.plan.http_concurrencies}):
                 self.add(floor.run(self.pool, concurrency=c, duration=self.plan.duration))
-        if "kernel" in cases:
-            from .cases import kernel
-
-            for c in self.plan.concurrencies:
-                self.add(
-                    kernel.run(
-                        self.pool,
-                        concurrency=c,
-                        duration=self.plan.duration,
-                        replay_fraction=self.plan.replay_fraction,
-                        variant=f"apply, {self.plan.replay_fraction:.0%} replays",
-                    )
-                )
-                self.add(
-                    kernel.run(
-                        self.pool,
-                        concurrency=c,
-                        duration=self.plan.duration,
-                        replay_fraction=0.0,
-                        variant="apply, writes only",
-                    )
-                )
-                self.add(
-                    kernel.run(
-                        self.pool,
-                        concurrency=c,
-                        duration=self.plan.duration,
-                        replay_fraction=1.0,
-                        variant="apply, replays only",
-                    )
-                )
-        if "kernel" in cases:
-            self.run_proposals()
-        if "naive" in cases:
-            from .cases import naive
-
-            for c in self.plan.concurrencies:
-                self.add(naive.run(self.naive_pool, concurrency=c, duration=self.plan.duration))
         if "http" in cases:
             from .cases import http
 
@@ -160,48 +119,61 @@ class Suite:
         if "printing" in cases:
             from .cases import printing
 
-            self.lines.append(printing.run())
+            rows, line = printing.run(
+                self.conn,
+                pollers=self.plan.print_pollers,
+                jobs=self.plan.print_jobs,
+                duration=self.plan.duration,
+                log=self.log,
+            )
+            for row in rows:
+                self.add(row)
+            if line:
+                self.lines.append(line)
         self.finish()
 
-    def run_proposals(self) -> None:
-        """Rows for the kernel as proposed in bench/proposals/kernel.diff, and without the broker push."""
-        from .cases import kernel
-        from .proposals import enqueue_on_commit, proposed_kernel
+    def run_transition_cases(self, cases: list[str]) -> None:
+        """Cases 1-3 as one interleaved group per concurrency: the floor, the kernel (with and without the
+        broker push) and the naive baseline alternate in short windows, so every ratio compares the same
+        minutes of a noisy machine."""
+        from .cases import floor, kernel, naive
+        from .interleave import Variant, run_interleaved
+        from .proposals import enqueue_on_commit
 
-        d = self.plan.duration
-        with enqueue_on_commit(False):
-            for c in self.plan.concurrencies:
-                self.add(
-                    kernel.run(
-                        self.pool,
-                        concurrency=c,
-                        duration=d,
-                        replay_fraction=0.0,
-                        variant="apply, writes only, no broker push",
-                    )
-                )
-        with proposed_kernel() as available:
-            if not available:
-                self.lines.append(
-                    "proposed kernel: bench/proposals/kernel.diff no longer applies to "
-                    "workflow/kernel.py (or `patch` is missing); its rows were skipped"
-                )
-                return
-            for c in self.plan.concurrencies:
-                for fraction, what in (
+        table = SUBJECT.model()._meta.db_table
+        for c in self.plan.concurrencies:
+            group = [Variant("1 floor", "raw psycopg transition", lambda n: floor.FloorWorker(self.pool, table))]
+            if "kernel" in cases:
+                mixes = (
                     (self.plan.replay_fraction, f"{self.plan.replay_fraction:.0%} replays"),
                     (0.0, "writes only"),
                     (1.0, "replays only"),
-                ):
-                    self.add(
-                        kernel.run(
-                            self.pool,
-                            concurrency=c,
-                            duration=d,
-                            replay_fraction=fraction,
-                            variant=f"PROPOSED apply, {what}",
-                        )
+                )
+                for fraction, what in mixes:
+
+                    def make(n, fraction=fraction):
+                        return kernel.KernelWorker(self.pool, fraction, seed=1000 + n)
+
+                    group.append(Variant("2 kernel", f"apply, {what}", make))
+
+                def make_writer(n):
+                    return kernel.KernelWorker(self.pool, 0.0, seed=2000 + n)
+
+                def no_push():
+                    return enqueue_on_commit(False)
+
+                group.append(Variant("2 kernel", "apply, writes only, no broker push", make_writer, no_push))
+            if "naive" in cases:
+                group.append(
+                    Variant(
+                        "3 naive",
+                        "fsm+save+signal history+delay_on_commit",
+                        lambda n: naive.NaiveWorker(self.naive_pool),
                     )
+                )
+            rows = run_interleaved(group, concurrency=c, duration=self.plan.duration, rounds=self.plan.rounds)
+            for row in rows:
+                self.add(row)
 
     def finish(self) -> None:
         report.apply_ratios(self.rows, smoke=self.smoke)

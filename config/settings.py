@@ -82,6 +82,9 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # make run: several processes share one file; wait instead of failing on a busy database.
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
+    # A transaction takes the write lock when it begins: one that read first and writes later (an outbox
+    # delivery around a provider call) would otherwise fail at once with "database is locked".
+    DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -140,7 +143,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_out": str(_broker_dir / "out"),
         "processed_folder": str(_broker_dir / "processed"),
         "store_processed": False,
+        "control_folder": str(_broker_dir / "control"),  # exchange tables (default: ./control in the checkout)
     }
+    CELERY_BROKER_TRANSPORT = "config.broker:Transport"  # the filesystem transport, writing messages atomically
 # One queue per deployment (and per checkout in tests), so two apps sharing a Redis never swap work.
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "ledgerflow")
 CELERY_TASK_IGNORE_RESULT = True

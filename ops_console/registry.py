@@ -136,7 +136,8 @@ class ConsoleMachine:
     # state -> classification for states that mean it by themselves, e.g. {"failed": "retries_exhausted"}
     state_classification: dict[str, str] = dataclasses.field(default_factory=dict)
     # (SQL condition over the machine's row aliased ``a``, classification): checked in order, after the
-    # evidence rule and before owed work. Trusted code, never user input; write a literal % as %%. E.g.:
+    # evidence rule and before owed work. Trusted code, never user input; write a literal % as %%; portable
+    # SQL (it also runs on make run's SQLite: no LATERAL, FILTER, arrays or :: casts). E.g.:
     # ("a.state = 'refund_pending' AND <last applied event is refund_failed>", "retries_exhausted").
     sql_classification: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 

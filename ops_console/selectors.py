@@ -1,9 +1,10 @@
 """Reads for the console: the waiting list across every machine, dashboard counts, one aggregate's record.
 
 The waiting list is one SQL statement: a ``UNION ALL`` of one branch per machine (its non-terminal
-states), each joined LATERAL to its undelivered outbox work (index ``outbox_aggregate``) and its last
-classified event (index ``transition_timeline``). Classification, filters, sorting and pagination run
-in the database, so a page costs the same with ten rows or ten million. Each machine table should
+states), each reading its undelivered outbox work (index ``outbox_aggregate``) and its last classified
+event (index ``transition_timeline``) through correlated subqueries. Classification, filters, sorting
+and pagination run in the database, so a page costs the same with ten rows or ten million. The SQL is
+portable: the same statement runs on PostgreSQL (tests, production) and SQLite (``make run``). Each machine table should
 carry an index on ``(state, entered_state_at)`` (the outbox has ``outbox_state_age``); see
 docs/console.md for the plans.
 """
@@ -11,11 +12,13 @@ docs/console.md for the plans.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection
 from django.db.models import Count
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from workflow import clock
 from workflow.machine import StateMachine, machine_for, machines
@@ -144,23 +147,30 @@ def _branch(model: type[StateMachine], flt: WaitingFilter, now: datetime) -> tup
     where_params: list[Any] = list(states)
     if flt.older_than_seconds:
         where.append("a.entered_state_at < %s")
-        where_params.append(now - timedelta(seconds=flt.older_than_seconds))
+        # As the ORM writes it (SQLite stores datetimes as naive UTC text and compares them as text).
+        where_params.append(connection.ops.adapt_datetimefield_value(now - timedelta(seconds=flt.older_than_seconds)))
     if flt.aggregate_id is not None:
         where.append("a.id = %s")
         where_params.append(flt.aggregate_id)
-    last_event = (
-        f"LEFT JOIN LATERAL (SELECT t.result FROM {transitions} t WHERE t.aggregate_type = %s "  # noqa: S608 - quoted identifiers and constants; values are parameters
-        f"AND t.aggregate_id = a.id ORDER BY t.id DESC LIMIT 1) lt ON true"
+    # Correlated scalar subqueries rather than LATERAL joins, CASE rather than FILTER, no arrays: one
+    # statement for PostgreSQL and for the SQLite of ``make run``. On PostgreSQL each is an index probe
+    # per row (``transition_timeline`` backward, ``outbox_aggregate``), and the planner evaluates them
+    # only for the rows it returns (a page sorted by age probes 50 records, not the whole waiting set).
+    last_result = (
+        f"(SELECT t.result FROM {transitions} t WHERE t.aggregate_type = %s "  # noqa: S608 - quoted identifiers and constants; values are parameters
+        f"AND t.aggregate_id = a.id ORDER BY t.id DESC LIMIT 1)"
     )
     forced = {k: v for k, v in state_classes(model).items() if k in states}
     conditions = machine_entry(model).sql_classification
     if forced or conditions:
+        # The app's classification, as its rank (Classification.ORDER); NULL: decided by owed work.
         whens = [f"WHEN ({condition}) THEN %s" for condition, _ in conditions]
         whens += ["WHEN a.state = %s THEN %s" for _ in forced]
-        forced_sql = "CASE " + " ".join(whens) + " END::text AS forced_class"
-        forced_params: list[Any] = [c for _, c in conditions] + [x for pair in forced.items() for x in pair]
+        forced_sql = "CASE " + " ".join(whens) + " ELSE NULL END AS forced_rank"
+        forced_params: list[Any] = [_rank(c) for _, c in conditions]
+        forced_params += [x for state, c in forced.items() for x in (state, _rank(c))]
     else:
-        forced_sql, forced_params = "CAST(NULL AS text) AS forced_class", []
+        forced_sql, forced_params = "CAST(NULL AS integer) AS forced_rank", []
     if model is OutboxItem:
         # An outbox item is its own owed work: its attempts, next retry and last error.
         sql = f"""
@@ -168,34 +178,38 @@ def _branch(model: type[StateMachine], flt: WaitingFilter, now: datetime) -> tup
                    a.state_version, 1 AS owed, a.attempts AS attempts,
                    CASE WHEN a.state = 'retry_scheduled' THEN a.next_attempt_at END AS next_retry,
                    a.last_error AS last_error,
-                   (a.state = 'dead') AS has_dead, (a.state = 'retry_scheduled') AS has_retry,
-                   lt.result AS last_result, a.effect_type AS hint
-            FROM {table} a {last_event}
+                   CASE WHEN a.state = 'dead' THEN 1 ELSE 0 END AS has_dead,
+                   CASE WHEN a.state = 'retry_scheduled' THEN 1 ELSE 0 END AS has_retry,
+                   {last_result} AS last_result, a.effect_type AS hint
+            FROM {table} a
             WHERE {" AND ".join(where)}"""  # noqa: S608
         return sql, [label, *forced_params, label, *where_params]
+    # Owed work: this record's undelivered outbox items (a handful each). Every aggregate reads the same
+    # rows (CASE inside the aggregate, no state condition), so each probe is one ``outbox_aggregate`` scan.
+    owed = f"FROM {outbox} o WHERE o.aggregate_type = %s AND o.aggregate_id = a.id AND o.state <> 'delivered'"
     sql = f"""
-        SELECT %s AS machine, {forced_sql}, a.id AS aggregate_id, a.state, a.entered_state_at,
-               a.state_version, COALESCE(ob.owed, 0) AS owed, ob.attempts AS attempts, ob.next_retry AS next_retry,
-               COALESCE(ob.last_error, '') AS last_error,
-               COALESCE(ob.dead, 0) > 0 AS has_dead, COALESCE(ob.retry, 0) > 0 AS has_retry,
-               lt.result AS last_result, '' AS hint
+        SELECT %s AS machine, {forced_sql}, a.id AS aggregate_id, a.state, a.entered_state_at, a.state_version,
+               (SELECT count(*) {owed}) AS owed,
+               (SELECT max(o.attempts) {owed}) AS attempts,
+               (SELECT min(CASE WHEN o.state = 'retry_scheduled' THEN o.next_attempt_at END) {owed}) AS next_retry,
+               COALESCE((SELECT o.last_error {owed} AND o.last_error <> ''
+                         ORDER BY o.updated_at DESC, o.id DESC LIMIT 1), '') AS last_error,
+               COALESCE((SELECT max(CASE WHEN o.state = 'dead' THEN 1 ELSE 0 END) {owed}), 0) AS has_dead,
+               COALESCE((SELECT max(CASE WHEN o.state = 'retry_scheduled' THEN 1 ELSE 0 END) {owed}), 0)
+                   AS has_retry,
+               {last_result} AS last_result, '' AS hint
         FROM {table} a
-        LEFT JOIN LATERAL (
-            SELECT count(*) AS owed, max(o.attempts) AS attempts,
-                   min(o.next_attempt_at) FILTER (WHERE o.state = 'retry_scheduled') AS next_retry,
-                   (array_agg(o.last_error ORDER BY o.updated_at DESC) FILTER (WHERE o.last_error <> ''))[1]
-                       AS last_error,
-                   count(*) FILTER (WHERE o.state = 'dead') AS dead,
-                   count(*) FILTER (WHERE o.state = 'retry_scheduled') AS retry
-            FROM {outbox} o
-            WHERE o.aggregate_type = %s AND o.aggregate_id = a.id AND o.state <> 'delivered'
-        ) ob ON true
-        {last_event}
         WHERE {" AND ".join(where)}"""  # noqa: S608
-    return sql, [label, *forced_params, label, label, *where_params]
+    return sql, [label, *forced_params, *[label] * 6, label, *where_params]
+
+
+def _rank(classification: str) -> int:
+    return Classification.ORDER.index(classification)
 
 
 def _classified_sql(flt: WaitingFilter, now: datetime) -> tuple[str, list[Any]] | None:
+    """Every waiting record with ``class_rank``: its classification's index in ``Classification.ORDER``
+    (a number, so the one CASE serves the label, the filter and the sort)."""
     branches: list[str] = []
     params: list[Any] = []
     for model in machines():
@@ -208,22 +222,23 @@ def _classified_sql(flt: WaitingFilter, now: datetime) -> tuple[str, list[Any]] 
         params.extend(branch[1])
     if not branches:
         return None
-    union = "\nUNION ALL\n".join(f"({b})" for b in branches)
-    rank_cases = " ".join(f"WHEN '{c}' THEN {i}" for i, c in enumerate(Classification.ORDER))
+    union = "\nUNION ALL\n".join(branches)  # no parentheses around the members: SQLite refuses them
+    rank = {c: _rank(c) for c in Classification.ORDER}
     sql = f"""
-        SELECT *, CASE classification {rank_cases} END AS class_rank FROM (
-            SELECT w.*, CASE
-                WHEN w.state = %s OR w.last_result IN (%s, %s) THEN '{Classification.EVIDENCE_CONFLICTS}'
-                WHEN w.forced_class IS NOT NULL THEN w.forced_class
-                WHEN w.has_dead THEN '{Classification.RETRIES_EXHAUSTED}'
-                WHEN w.has_retry THEN '{Classification.RETRY_SCHEDULED}'
-                ELSE '{Classification.WAITING_NORMALLY}' END AS classification
+        SELECT * FROM (
+            SELECT w.machine, w.aggregate_id, w.state, w.entered_state_at, w.state_version, w.owed, w.attempts,
+                   w.next_retry, w.last_error, w.last_result, w.hint, CASE
+                WHEN w.state = %s OR w.last_result IN (%s, %s) THEN {rank[Classification.EVIDENCE_CONFLICTS]}
+                ELSE COALESCE(w.forced_rank, CASE
+                    WHEN w.has_dead = 1 THEN {rank[Classification.RETRIES_EXHAUSTED]}
+                    WHEN w.has_retry = 1 THEN {rank[Classification.RETRY_SCHEDULED]}
+                    ELSE {rank[Classification.WAITING_NORMALLY]} END) END AS class_rank
             FROM ({union}) w
         ) c"""  # noqa: S608
     params = [REVIEW_STATE, *EVIDENCE_RESULTS, *params]
     if flt.classification:
-        sql += " WHERE classification = %s"
-        params.append(flt.classification)
+        sql += " WHERE class_rank = %s"
+        params.append(rank.get(flt.classification, -1))
     return sql, params
 
 
@@ -250,27 +265,37 @@ def waiting_list(flt: WaitingFilter, *, page: int = 1, page_size: int = PAGE_SIZ
         page = min(max(1, page), pages)
         order = SORTS.get(flt.sort, SORTS["age"])
         cursor.execute(f"{sql} ORDER BY {order} LIMIT %s OFFSET %s", [*params, page_size, (page - 1) * page_size])
-        columns = [c.name for c in cursor.description]
+        columns = [c[0] for c in cursor.description]
         raw = [dict(zip(columns, r, strict=True)) for r in cursor.fetchall()]
     rows = [
         WaitingRow(
             machine=r["machine"],
             aggregate_id=r["aggregate_id"],
             state=r["state"],
-            entered_state_at=r["entered_state_at"],
+            entered_state_at=_datetime(r["entered_state_at"]),
             version=r["state_version"],
             owed=r["owed"],
             attempts=r["attempts"],
-            next_retry=r["next_retry"],
+            next_retry=_datetime(r["next_retry"]),
             last_error=r["last_error"] or "",
             last_result=r["last_result"] or "",
             hint=r["hint"] or "",
-            classification=r["classification"],
+            classification=Classification.ORDER[r["class_rank"]],
         )
         for r in raw
     ]
     _decorate(rows, now)
     return WaitingPage(rows, total, page, pages, flt)
+
+
+def _datetime(value: datetime | str | None) -> datetime | None:
+    """A datetime column of the raw waiting-list query: PostgreSQL gives an aware datetime; SQLite the
+    naive UTC text the ORM stored (no column type survives a UNION, so no converter runs)."""
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    if value is not None and timezone.is_naive(value):
+        value = timezone.make_aware(value, UTC)
+    return value
 
 
 def _decorate(rows: list[WaitingRow], now: datetime) -> None:
@@ -303,8 +328,8 @@ def classification_counts() -> dict[str, int]:
         return counts
     sql, params = base
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT classification, count(*) FROM ({sql}) c GROUP BY classification", params)  # noqa: S608 - quoted identifiers and constants; values are parameters
-        counts.update(dict(cursor.fetchall()))
+        cursor.execute(f"SELECT class_rank, count(*) FROM ({sql}) c GROUP BY class_rank", params)  # noqa: S608 - quoted identifiers and constants; values are parameters
+        counts.update({Classification.ORDER[rank]: n for rank, n in cursor.fetchall()})
     return counts
 
 

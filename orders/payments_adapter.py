@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from workflow import kernel
+from workflow.errors import StateTransitionRejected
 
 from .payment_port import AttemptStarted, AttemptStatus, payment_fact
 
@@ -89,8 +90,19 @@ class PaymentsAppPort:
                      dry_run: bool = False) -> kernel.Outcome:
         from payments import services
         from payments.models import Refund
+        from workflow.models import OutboxItem
+        from workflow.outbox import outbox_requeue
 
-        refund = Refund.objects.get(refund_key=refund_key)
+        refund = Refund.objects.filter(refund_key=refund_key).first()
+        if refund is None:  # the order promised the refund but payments never recorded one: nothing failed yet
+            raise StateTransitionRejected(f"payments has no refund {refund_key}: there is no failed refund to retry",
+                                          details={"refund_key": refund_key})
+        dead = (OutboxItem.objects.filter(aggregate_type=Refund.aggregate_label(), aggregate_id=refund.pk,
+                                          state=OutboxItem.State.DEAD).order_by("-id").first())
+        if dead is not None:
+            # The provider call's retries ran out with its outcome unknown (the refund may have happened):
+            # requeue that call under its SAME key instead of refunding under a new one.
+            return outbox_requeue(item_id=dead.pk, actor=actor, reason=reason, dry_run=dry_run)
         return services.refund_retry(refund_id=refund.pk, actor=actor, reason=reason, dry_run=dry_run)
 
     def describe(self, *, attempt_ref: str) -> dict:

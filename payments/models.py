@@ -205,8 +205,14 @@ class PaymentAttempt(StateMachine):
         target=State.CAPTURED,
         conditions=[attempt_is_current, attempt_intent_matches, attempt_amount_matches],
     )
+    @transition(field=state, source=State.FAILED, target=None, custom=LATE_EVIDENCE)
     def captured(self, ctx):
         """The provider captured the funds (PaymentIntent ``succeeded``)."""
+        if self.state == self.State.FAILED:
+            # A declined intent can still be confirmed later (the buyer's old tab): money taken on an
+            # attempt that gave up. Not ours to undo here: stale, published to the owner (who decides
+            # against its own current attempt) and left for reconciliation to refund.
+            raise ctx.reject("stale", "a capture reported after the attempt had failed")
         self._observe(ctx)
         self.captured_amount = int(ctx.payload["amount"])
         self.pending_operation = ""
@@ -310,7 +316,8 @@ class PaymentAttempt(StateMachine):
 
     @transition(
         field=state,
-        source=[State.REQUESTED, State.AUTHORIZED, State.CAPTURE_PENDING, State.VOID_PENDING, State.UNKNOWN],
+        source=[State.REQUESTED, State.AUTHORIZED, State.CAPTURE_PENDING, State.VOID_PENDING, State.UNKNOWN,
+                State.FAILED],
         target=State.CAPTURED,
         custom={"repair": True},
     )

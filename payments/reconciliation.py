@@ -142,6 +142,17 @@ def _intent_of(provider, attempt: PaymentAttempt) -> IntentResult | None:
         return None
 
 
+def _superseded(attempt: PaymentAttempt) -> bool:
+    """Abandoned, or failed and followed by a newer attempt of the same owner (a failed attempt is not
+    abandoned, so it keeps ``is_current``; its intent may still be confirmed and captured later)."""
+    return not attempt.is_current or (
+        attempt.state == S.FAILED
+        and PaymentAttempt.objects.filter(
+            owner_type=attempt.owner_type, owner_id=attempt.owner_id, sequence__gt=attempt.sequence
+        ).exists()
+    )
+
+
 def _compare_attempt(attempt: PaymentAttempt, intent: IntentResult | None) -> list[dict[str, Any]]:
     base = dict(attempt=attempt, refund=None, local_state=attempt.state)
     if intent is None:
@@ -173,7 +184,7 @@ def _compare_attempt(attempt: PaymentAttempt, intent: IntentResult | None) -> li
     local = attempt.state
     if (local, obs) in IN_FLIGHT or obs == "requested":
         return []
-    if obs == "captured" and not attempt.is_current and local in OPEN_ATTEMPT_STATES:
+    if obs == "captured" and _superseded(attempt) and (local in OPEN_ATTEMPT_STATES or local == S.FAILED):
         return [
             dict(
                 base,

@@ -1,7 +1,7 @@
 """`make run`: the whole product on one machine with nothing but Python.
 
-SQLite file and a filesystem Celery broker under var/ unless DATABASE_URL / CELERY_BROKER_URL say
-otherwise. Starts: web (gunicorn), a Celery worker, Celery beat (outbox and timer sweeps), the
+SQLite file and a filesystem Celery broker under var/ (or $LEDGERFLOW_VAR_DIR) unless DATABASE_URL /
+CELERY_BROKER_URL say otherwise. Starts: web (gunicorn), a Celery worker, Celery beat (outbox and timer sweeps), the
 sandbox payment provider and a demo print station printing into var/prints/. Prints the console
 URL, a login and an API key. Ctrl-C stops everything.
 """
@@ -18,7 +18,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-VAR = ROOT / "var"
+# The same folder config/settings.py uses (SQLite file, broker, static files), so logs and prints land
+# next to them and the broker folders exist before the first process starts.
+VAR = Path(os.environ.get("LEDGERFLOW_VAR_DIR") or ROOT / "var").resolve()
 PY = sys.executable
 WEB_PORT = int(os.environ.get("PORT", "8000"))
 SANDBOX_PORT = int(os.environ.get("SANDBOX_PORT", "12111"))
@@ -29,6 +31,7 @@ SUPPORT_USER, SUPPORT_PASSWORD = "support", "ledgerflow-demo"
 def env() -> dict[str, str]:
     e = dict(os.environ)
     e.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    e["LEDGERFLOW_VAR_DIR"] = str(VAR)
     e.setdefault("DJANGO_DEBUG", "1")
     e.setdefault("PAYMENT_PROVIDER", "sandbox")
     e.setdefault("STRIPE_API_BASE", f"http://127.0.0.1:{SANDBOX_PORT}")
@@ -95,7 +98,7 @@ def main() -> None:
                    "-l", "INFO"], procs)
 
     if not wait_http(f"http://127.0.0.1:{WEB_PORT}/healthz"):
-        print("web did not come up; see var/logs/web.log", file=sys.stderr)
+        print(f"web did not come up; see {VAR / 'logs' / 'web.log'}", file=sys.stderr)
 
     if has_command("seed_demo"):
         print("Loading demo data …", flush=True)
@@ -115,7 +118,7 @@ Ledgerflow is running.
   API docs    http://127.0.0.1:{WEB_PORT}/api/v1/docs
   API key     {api_key}
   Health      http://127.0.0.1:{WEB_PORT}/healthz
-  Logs        var/logs/   Prints: var/prints/
+  Logs        {VAR / 'logs'}/   Prints: {VAR / 'prints'}/
 
 Ctrl-C stops everything.
 """, flush=True)
@@ -136,7 +139,7 @@ Ctrl-C stops everything.
     while True:
         for name, proc in procs:
             if proc.poll() is not None:
-                print(f"{name} exited with {proc.returncode}; see var/logs/{name}.log", file=sys.stderr)
+                print(f"{name} exited with {proc.returncode}; see {VAR / 'logs' / name}.log", file=sys.stderr)
                 procs.remove((name, proc))
                 break
         time.sleep(1)

@@ -18,8 +18,6 @@ from rest_framework.views import APIView
 
 from workflow.errors import SignatureInvalid, ValidationFailed
 
-from .services import bench_order_apply_event
-
 
 def sign(body: bytes, secret: str, timestamp: int) -> str:
     mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
@@ -45,11 +43,7 @@ class BenchOrderWebhookApi(APIView):
             order_id, event_type, identity = int(event["order_id"]), event["type"], event["id"]
         except (KeyError, TypeError, ValueError):
             raise ValidationFailed("event needs order_id, type and id")
-        outcome = bench_order_apply_event(
-            order_id=order_id,
-            event_type=event_type,
-            identity=identity,
-            payload=event.get("data") or {},
-            actor="provider:bench",
-        )
+        from bench.subject import SUBJECT  # the bench order, or the real order with --subject order
+
+        outcome = SUBJECT.apply(order_id, event_type, identity, event.get("data") or {})
         return Response(outcome.as_dict())

@@ -79,7 +79,7 @@ class FloorWorker(Worker):
             cur.execute(
                 INSERT_OUTBOX,
                 [
-                    f"bench_order:{order_id}:{SUBJECT.effect_suffix[event]}",
+                    f"{self.label}:{order_id}:{SUBJECT.effect_suffix[event]}",
                     self.label,
                     order_id,
                     json.dumps({"order": order_id}),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..measure import Row, Worker, fill_latency, run_concurrent
 from ..pools import AggregatePool
-from ..subject import SUBJECT
+from ..subject import BENCH_ORDER
 
 
 class NaiveWorker(Worker):
@@ -23,7 +23,7 @@ class NaiveWorker(Worker):
         from bench.bench_app.services import naive_order_transition
 
         order_id, state = self.pool.take()
-        event, target = SUBJECT.forward[state]
+        event, target = BENCH_ORDER.forward[state]  # the naive pattern has its own machine
         order = naive_order_transition(order_id=order_id, event_type=event)
         self.pool.give_back(order_id, order.state)
         return "write"

@@ -44,10 +44,11 @@ def _delivered(conn: psycopg.Connection) -> int:
 
 
 def purge_queue(broker_url: str, queue: str) -> None:
+    """Delete this run's queue and kombu's bookkeeping for it (bindings), nothing else."""
     import redis
 
     client = redis.Redis.from_url(broker_url)
-    keys = list(client.scan_iter(match=f"{queue}*")) + list(client.scan_iter(match=f"_kombu.binding.{queue}*"))
+    keys = [*client.scan_iter(match=f"{queue}*"), *client.scan_iter(match=f"_kombu.binding*{queue}")]
     if keys:
         client.delete(*keys)
     client.close()

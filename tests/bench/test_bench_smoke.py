@@ -66,8 +66,20 @@ def test_replays_are_answered_already_applied(smoke_run):
     assert replay_only and all(set(r["kinds"]) == {"replay"} for r in replay_only)
 
 
-def test_table_explain_and_not_yet_line(smoke_run):
+def test_print_claims_never_lease_a_job_twice(smoke_run):
+    # Given stations polled concurrently / Then every claim is a distinct job, with one lease each
+    report, _, _ = smoke_run
+    rows = _rows(report, "7 print")
+    if not rows:
+        assert any("7 print claims: not yet" in line for line in report["notes"])
+        return
+    for row in rows:
+        assert row["kinds"]["claimed"] > 0, row
+        assert row["kinds"]["non-2xx"] == 0, row
+        assert (row["kinds"]["double_client"], row["kinds"]["double_db"], row["kinds"]["fenced_twice"]) == (0, 0, 0)
+
+
+def test_table_and_explain_files(smoke_run):
     report, stdout, results_dir = smoke_run
     assert "| ops/s |" in stdout
-    assert any("7 print claims: not yet" in line for line in report["notes"]) or _rows(report, "7 print")
     assert "Index Scan" in (results_dir / "explain_waiting_states_large.txt").read_text()

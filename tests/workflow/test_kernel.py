@@ -362,3 +362,34 @@ def test_refresh_from_db_is_safe_across_threads():
     assert not errors, errors[:3]
     with pytest.raises(AttributeError):  # and the field is still protected afterwards
         parcels[0].state = "delivered"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replay_is_answered_without_waiting_for_the_aggregates_lock():
+    """History is append-only, so a known identity's answer cannot change: no lock is needed."""
+    parcel = new_parcel()
+    first = kernel.apply(parcel, "pack", "e1", {"weight_grams": 5})
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_row() -> None:
+        try:
+            with transaction.atomic():
+                Parcel.objects.select_for_update().get(pk=parcel.pk)
+                locked.set()
+                release.wait(20)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_the_row)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        with connection.cursor() as cursor:  # a new write would wait for the lock; a replay must not
+            cursor.execute("SET lock_timeout = '2s'")
+        replay = kernel.apply((Parcel, parcel.pk), "pack", "e1", {"weight_grams": 5})
+    finally:
+        release.set()
+        holder.join(20)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = 0")
+    assert (replay.result, replay.replayed, replay.transition_id) == ("already_applied", True, first.transition_id)
