@@ -125,9 +125,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    "SERVE_AUTHENTICATION": [],
+    "SERVE_AUTHENTICATION": [],  # the schema and docs are public: no credential is parsed (or refused) there
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "workflow.schema.add_error_responses"],
-    "PATH_CONVERTER_OVERRIDE": {"id": {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}},  # workflow.converters  # the schema and docs are public: no credential is parsed (or refused) there
+    "PATH_CONVERTER_OVERRIDE": {"id": {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}},  # <id:…> paths
 }
 
 SIMPLE_HISTORY_HISTORY_CHANGE_REASON_USE_TEXT_FIELD = True
