@@ -210,3 +210,10 @@ def operator_reads():
                 "/console/waiting/", "/console/"]
 
     return urls
+
+
+def test_object_ids_in_our_paths_fit_a_bigint():
+    # given our API and console routes, then an id parameter is <id:…> (≤ 18 digits), never a bare <int:…>
+    # whose huge values reached PostgreSQL as "bigint out of range" (a 500)
+    bare = [r.pattern for r in R.all_routes() if r.pattern.startswith(("api/", "console/")) and "<int:" in r.pattern]
+    assert bare == []
