@@ -21,6 +21,6 @@ urlpatterns = [
     path("outbox/dead/requeue/", views.bulk_requeue, name="bulk-requeue"),
     path("pages/<slug:slug>/", views.plugin_page, name="page"),
     path("did-it-print/", views.plugin_page, {"slug": "did-it-print"}, name="did-it-print"),
-    path("<str:label>/<int:pk>/", views.detail, name="detail"),
-    path("<str:label>/<int:pk>/repair/<slug:key>/", views.repair, name="repair"),
+    path("<str:label>/<id:pk>/", views.detail, name="detail"),
+    path("<str:label>/<id:pk>/repair/<slug:key>/", views.repair, name="repair"),
 ]

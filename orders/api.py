@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 from workflow.auth import actor_for
 from workflow.errors import NotFound
 from workflow.idempotency import run_idempotent
+from workflow.inputs import MAX_ID, MAX_INT32, StrictBooleanField, StrictInput, require_no_body
 
 from . import selectors
 from .models import Cart
@@ -37,12 +38,13 @@ class ProductOut(serializers.Serializer):
 class ProductCreateApi(APIView):
     required_scopes = "catalog:write"
 
-    class InputSerializer(serializers.Serializer):
+    @extend_schema_serializer(component_name="ProductCreateInput")
+    class InputSerializer(StrictInput):
         sku = serializers.RegexField(r"^[A-Za-z0-9._-]{1,64}$")
         name = serializers.CharField(max_length=200)
-        unit_price = serializers.IntegerField(min_value=1)
+        unit_price = serializers.IntegerField(min_value=1, max_value=10**15)
         currency = serializers.RegexField(r"^[A-Za-z]{3}$")
-        stock_on_hand = serializers.IntegerField(min_value=0)
+        stock_on_hand = serializers.IntegerField(min_value=0, max_value=MAX_INT32)
 
     @extend_schema(request=InputSerializer, responses={201: ProductOut})
     def post(self, request):
@@ -82,6 +84,7 @@ class CartCreateApi(APIView):
 
     @extend_schema(request=None, responses={201: CartOut})
     def post(self, request):
+        require_no_body(request)
         cart = cart_create(actor=actor_for(request))
         return Response(CartOut(cart).data, status=201)
 
@@ -89,7 +92,8 @@ class CartCreateApi(APIView):
 class CartItemAddApi(APIView):
     required_scopes = "carts:write"
 
-    class InputSerializer(serializers.Serializer):
+    @extend_schema_serializer(component_name="CartItemAddInput")
+    class InputSerializer(StrictInput):
         sku = serializers.CharField(max_length=64)
         quantity = serializers.IntegerField(min_value=1, max_value=10_000)
 
@@ -159,8 +163,9 @@ def order_body(order) -> dict:
 class CheckoutApi(APIView):
     required_scopes = "checkout:write"
 
-    class InputSerializer(serializers.Serializer):
-        cart_id = serializers.IntegerField(min_value=1)
+    @extend_schema_serializer(component_name="CheckoutInput")
+    class InputSerializer(StrictInput):
+        cart_id = serializers.IntegerField(min_value=1, max_value=MAX_ID)
 
     @extend_schema(request=InputSerializer, responses={201: dict})
     def post(self, request):
@@ -222,14 +227,16 @@ def _outcome_response(outcome, *, success_status: int = 200) -> Response:
 class OrderCancelApi(APIView):
     required_scopes = "orders:write"
 
-    class InputSerializer(serializers.Serializer):
+    @extend_schema_serializer(component_name="OrderCancelInput")
+    class InputSerializer(StrictInput):
         reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
     @extend_schema(request=InputSerializer, responses={200: OutcomeOut})
     def post(self, request, order_id: int):
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)  # before the idempotency claim: bad input leaves no trace
+
         def command() -> Response:
-            data = self.InputSerializer(data=request.data)
-            data.is_valid(raise_exception=True)
             _order_or_404(order_id)
             outcome = order_cancel(order_id=order_id, actor=actor_for(request),
                                    reason=data.validated_data["reason"])
@@ -243,6 +250,8 @@ class OrderPaymentAttemptApi(APIView):
 
     @extend_schema(request=None, responses={201: dict})
     def post(self, request, order_id: int):
+        require_no_body(request)
+
         def command() -> Response:
             _order_or_404(order_id)
             key = request.headers.get("Idempotency-Key") or "no-key"
@@ -258,11 +267,12 @@ class OrderPaymentAttemptApi(APIView):
 class OrderEventApi(APIView):
     required_scopes = "orders:events"
 
-    class InputSerializer(serializers.Serializer):
+    @extend_schema_serializer(component_name="OrderEventInput")
+    class InputSerializer(StrictInput):
         type = serializers.CharField(max_length=64)
         identity = serializers.CharField(max_length=255)
         payload = serializers.DictField(required=False, default=dict)
-        dry_run = serializers.BooleanField(default=False)
+        dry_run = StrictBooleanField(default=False)
 
     @extend_schema(request=InputSerializer, responses={200: OutcomeOut})
     def post(self, request, order_id: int):

@@ -8,6 +8,8 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from workflow.access import SIGNED_WEBHOOK, declare_access
+
 from . import selectors, webhooks
 
 
@@ -29,6 +31,7 @@ class WebhookAnswerSerializer(serializers.Serializer):
     )
 
 
+@declare_access(SIGNED_WEBHOOK, why="the provider signs the raw body; no API key")
 class ProviderWebhookApi(APIView):
     """Provider webhooks: signed with ``Stripe-Signature`` over the raw body; 200 with the classification."""
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from typing import Any
 
 from django.conf import settings
@@ -18,6 +17,7 @@ from django.db import transaction
 
 from workflow import clock
 from workflow.errors import NotFound, SignatureInvalid, ValidationFailed
+from workflow.inputs import parse_json_body
 from workflow.models import STATE_CHANGING_RESULTS
 
 from . import services
@@ -73,8 +73,8 @@ def verify_signature(
 
 def _parse(raw_body: bytes) -> dict[str, Any]:
     try:
-        event = json.loads(raw_body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        event = parse_json_body(raw_body)  # strict: no NUL/lone surrogates (the event is stored verbatim)
+    except ValueError as exc:
         raise ValidationFailed(f"webhook body is not JSON: {exc}")
     if not isinstance(event, dict):
         raise ValidationFailed("webhook body must be a JSON object")
@@ -92,6 +92,8 @@ def _parse(raw_body: bytes) -> dict[str, Any]:
         )
     if len(event["id"]) > 255:
         raise ValidationFailed("event id too long", details={"field": "id"})
+    if len(event["type"]) > 100:  # the column's width: longer was a 500
+        raise ValidationFailed("event type too long", details={"field": "type"})
     return event
 
 

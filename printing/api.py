@@ -17,7 +17,9 @@ from rest_framework.views import APIView
 
 from workflow import clock
 from workflow.auth import actor_for
+from workflow.errors import ValidationFailed
 from workflow.idempotency import run_idempotent
+from workflow.inputs import StrictFloatField, StrictInput, require_no_body
 
 from . import conf, selectors, services
 from .auth import IsStation, StationTokenAuthentication
@@ -177,6 +179,8 @@ class PrintJobCancelApi(APIView):
                                "current state: a job already handed to a station cannot be recalled.",
                    parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)])
     def post(self, request, job_id: int):
+        require_no_body(request)
+
         def command():
             outcome = services.print_job_cancel(job_id=job_id, actor=actor_for(request))
             job = selectors.print_job_get(job_id=job_id)
@@ -208,29 +212,39 @@ class StationApi(APIView):
     permission_classes = [IsStation]
 
 
+class HeartbeatIn(StrictInput):
+    station_version = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    output = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    open_jobs = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False)
+    ledger_jobs = serializers.IntegerField(min_value=0, max_value=1_000_000_000, required=False)
+
+
+class ClaimIn(StrictInput):
+    wait_seconds = StrictFloatField(min_value=0, max_value=30, required=False, default=0)
+
+
 class StationHeartbeatApi(StationApi):
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT},
+    @extend_schema(request=HeartbeatIn, responses={200: OpenApiTypes.OBJECT},
                    description="A sign of life; answers the station's connection status as the server sees it.")
     def post(self, request):
-        station = services.station_heartbeat(station=request.user, info=request.data or {})
+        data = HeartbeatIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        station = services.station_heartbeat(station=request.user, info=data.validated_data)
         return Response({**selectors.station_summary(station), "station_id": station.pk,
                          "server_time": clock.now().isoformat(),
                          "heartbeat_interval_seconds": int(conf.get("PRINT_STATION_HEARTBEAT_SECONDS"))})
 
 
 class StationClaimApi(StationApi):
-    @extend_schema(request=inline_serializer("ClaimIn", {"wait_seconds": serializers.FloatField(required=False)}),
+    @extend_schema(request=ClaimIn,
                    responses={200: OpenApiTypes.OBJECT},
                    description="Long poll for the station's oldest due job; `{\"job\": null}` when none came "
                                "within wait_seconds (≤ 30). The job comes under a lease: report `received` "
                                "with its lease_token before lease_expires_at, or it returns to pending.")
     def post(self, request):
-        data = request.data if isinstance(request.data, dict) else {}
-        try:
-            wait = float(data.get("wait_seconds", 0) or 0)
-        except (TypeError, ValueError):
-            wait = 0.0
-        job = services.print_job_claim(station=request.user, wait_seconds=wait)
+        data = ClaimIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        job = services.print_job_claim(station=request.user, wait_seconds=data.validated_data["wait_seconds"])
         return Response({"job": selectors.claim_representation(job) if job else None})
 
 
@@ -246,11 +260,12 @@ class StationJobDetailApi(StationApi):
 
 class ReportIn(serializers.Serializer):
     event_id = serializers.CharField(max_length=200)
-    lease_token = serializers.CharField()
+    lease_token = serializers.CharField(max_length=200)
     kind = serializers.ChoiceField(choices=list(services.REPORT_EVENTS))
-    reason = serializers.CharField(required=False, help_text="required for failed/interrupted; kept verbatim")
-    os_job_id = serializers.CharField(required=False)
-    occurred_at = serializers.CharField(required=False)
+    reason = serializers.CharField(required=False, max_length=services.MAX_REASON_CHARS,
+                                   help_text="required for failed/interrupted; kept verbatim")
+    os_job_id = serializers.CharField(required=False, max_length=200)
+    occurred_at = serializers.CharField(required=False, max_length=64)
 
 
 class StationReportApi(StationApi):
@@ -269,15 +284,17 @@ class StationLedgerApi(StationApi):
         description="A restarted station replays its ledger: each entry is a report with its job_id; the "
                     "answer holds one outcome (or error) per entry. Settles `unknown` jobs.")
     def post(self, request):
-        data = request.data if isinstance(request.data, dict) else {}
+        data = request.data
+        if not isinstance(data, dict) or set(data) - {"entries"}:
+            raise ValidationFailed("the body must be {\"entries\": [...]}", details={"field": "entries"})
         results = services.station_ledger_replay(station=request.user, entries=data.get("entries"))
         return Response({"results": results})
 
 
 # --- webhook endpoints -----------------------------------------------------------------------------
-class WebhookEndpointIn(serializers.Serializer):
+class WebhookEndpointIn(StrictInput):
     url = serializers.URLField(max_length=500)
-    event_types = serializers.ListField(child=serializers.CharField(), required=False)
+    event_types = serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=50)
     description = serializers.CharField(max_length=200, required=False)
 
 

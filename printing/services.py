@@ -21,6 +21,7 @@ from django.db import transaction
 
 from workflow import clock, kernel
 from workflow.errors import NotFound, StateTransitionRejected, ValidationFailed
+from workflow.inputs import MAX_ID
 from workflow.kernel import Outcome
 from workflow.models import Transition
 
@@ -87,12 +88,13 @@ class Submission:
 
 
 def _int(value: Any) -> int | None:
+    """An integer that fits a bigint column (bigger ones reached PostgreSQL and failed there: a 500)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value.strip()) <= 20:
+        value = int(value)
+    if isinstance(value, int) and -MAX_ID <= value <= MAX_ID:
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
     return None
 
 
@@ -156,7 +158,7 @@ def print_job_check(*, data: dict[str, Any]) -> tuple[Submission | None, list[Pr
         problems.append(Problem("copies", "out_of_range", f"copies must be an integer from 1 to {max_copies}"))
 
     expires = data.get("expires_in_seconds")
-    expires_int = conf.expires_default() if expires is None else _int(expires)
+    expires_int = conf.expires_default() if "expires_in_seconds" not in data else _int(expires)
     low, high = conf.expires_min(), conf.expires_max()
     if expires_int is None or not low <= expires_int <= high:
         problems.append(Problem("expires_in_seconds", "out_of_range",
@@ -164,7 +166,7 @@ def print_job_check(*, data: dict[str, Any]) -> tuple[Submission | None, list[Pr
 
     ref_type = ref_id = ""
     ref = data.get("business_object")
-    if ref is not None:
+    if "business_object" in data:  # present means an object: an explicit null is a mistake, not "none"
         if (not isinstance(ref, dict) or not isinstance(ref.get("type", ""), str)
                 or not isinstance(ref.get("id", ""), str | int) or isinstance(ref.get("id"), bool)):
             problems.append(Problem("business_object", "invalid", 'business_object must be {"type": str, "id": str}'))
@@ -271,14 +273,28 @@ REPORT_EVENTS = {
 }
 
 
-def _clean_report(report: dict[str, Any]) -> dict[str, Any]:
+MAX_REASON_CHARS = 10_000
+REPORT_FIELDS = frozenset({"event_id", "lease_token", "kind", "reason", "os_job_id", "occurred_at"})
+_REPORT_LIMITS = {"lease_token": 200, "reason": MAX_REASON_CHARS, "os_job_id": 200, "occurred_at": 64}
+
+
+def _clean_report(report: dict[str, Any], *, extra_fields: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """A station report, strictly: unknown fields, wrong types and overlong text are refused (never cut)."""
     if not isinstance(report, dict):
         raise ValidationFailed("a report must be a JSON object")
+    unknown = sorted(set(report) - REPORT_FIELDS - extra_fields)
+    if unknown:
+        raise ValidationFailed(f"unknown field(s): {', '.join(unknown)}", details={"fields": unknown})
+    for field, limit in _REPORT_LIMITS.items():
+        value = report.get(field)
+        if value is not None and (not isinstance(value, str) or len(value) > limit):
+            raise ValidationFailed(f"{field} must be a string of at most {limit} characters",
+                                   details={"field": field})
     event_id = report.get("event_id")
     if not isinstance(event_id, str) or not 1 <= len(event_id) <= 200:
         raise ValidationFailed("event_id (1..200 characters) is required", details={"field": "event_id"})
     kind = report.get("kind")
-    if kind not in REPORT_EVENTS:
+    if not isinstance(kind, str) or kind not in REPORT_EVENTS:
         raise ValidationFailed(f"kind must be one of {', '.join(REPORT_EVENTS)}", details={"field": "kind"})
     lease = report.get("lease_token")
     if not isinstance(lease, str) or not lease:
@@ -288,17 +304,18 @@ def _clean_report(report: dict[str, Any]) -> dict[str, Any]:
         raise ValidationFailed(f"a {kind} report needs a reason", details={"field": "reason"})
     payload = {"kind": kind, "lease_token": lease}
     if isinstance(reason, str):
-        payload["reason"] = reason[:10_000]
+        payload["reason"] = reason
     if report.get("os_job_id"):
-        payload["os_job_id"] = str(report["os_job_id"])[:200]
+        payload["os_job_id"] = report["os_job_id"]
     if report.get("occurred_at"):
-        payload["occurred_at"] = str(report["occurred_at"])[:64]
+        payload["occurred_at"] = report["occurred_at"]
     return {"event_id": event_id, "event_type": REPORT_EVENTS[kind], "payload": payload}
 
 
-def print_job_report(*, station: Station, job_id: int, report: dict[str, Any]) -> Outcome:
+def print_job_report(*, station: Station, job_id: int, report: dict[str, Any],
+                     extra_fields: frozenset[str] = frozenset()) -> Outcome:
     """One station report through the kernel. Identity ``station:<event_id>``: a retry is already_applied."""
-    cleaned = _clean_report(report)
+    cleaned = _clean_report(report, extra_fields=extra_fields)
     if not PrintJob.objects.filter(pk=job_id, station=station).exists():
         # Another station's job is reported exactly like a job that does not exist.
         raise NotFound(f"print job {job_id} not found")
@@ -327,7 +344,8 @@ def station_ledger_replay(*, station: Station, entries: list[dict[str, Any]]) ->
             results.append({**head, "error": {"code": "E_VALIDATION", "message": "job_id is required"}})
             continue
         try:
-            outcome = print_job_report(station=station, job_id=job_id, report=entry)
+            outcome = print_job_report(station=station, job_id=job_id, report=entry,
+                                       extra_fields=frozenset({"job_id"}))
         except (ValidationFailed, NotFound) as exc:
             results.append({**head, "error": {"code": str(exc.code), "message": exc.message}})
             continue

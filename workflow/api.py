@@ -7,12 +7,16 @@ from django.db import connection
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET
 
+from .access import PUBLIC, declare_access
 
+
+@declare_access(PUBLIC, why="liveness for load balancers")
 @require_GET
 def healthz(request):
     return JsonResponse({"status": "ok"})
 
 
+@declare_access(PUBLIC, why="readiness for load balancers; says nothing secret")
 @require_GET
 def readyz(request):
     checks: dict[str, str] = {}

@@ -7,4 +7,6 @@ class WorkflowConfig(AppConfig):
     verbose_name = "Workflow kernel"
 
     def ready(self) -> None:
-        from . import auth, effects  # noqa: F401  (API key principal attributes; built-in effect handlers)
+        from . import auth, converters, effects  # noqa: F401  (API key principal attributes; built-in effect handlers)
+
+        converters.register()  # <id:…> path parameters, before any URL conf is loaded

@@ -89,3 +89,18 @@ def actor_for(request) -> str:
     if isinstance(principal, ApiKey):
         return principal.actor
     return getattr(principal, "actor", None) or "anonymous"
+
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension  # noqa: E402 - schema only
+
+
+class ApiKeyScheme(OpenApiAuthenticationExtension):
+    """How the OpenAPI document describes integrator authentication (drf-spectacular could not guess it)."""
+
+    target_class = "workflow.auth.ApiKeyAuthentication"
+    name = "apiKey"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer",
+                "description": "API key `lf_<prefix>_<secret>` from `manage.py create_api_key`; each operation "
+                               "needs its scope (see the operation's description)."}

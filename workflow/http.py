@@ -22,6 +22,11 @@ class ApiErrorMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
+        from .inputs import body_too_large
+
+        if _is_api(request) and body_too_large(request):
+            # Refused before any view runs: views that read the body lazily (or never) answer the same.
+            return JsonResponse(error_body(ErrorCode.PAYLOAD_TOO_LARGE, "Request body is too large."), status=413)
         response = self.get_response(request)
         if _is_api(request) and response.status_code in (404, 405) and not _is_json(response):
             code = ErrorCode.NOT_FOUND if response.status_code == 404 else ErrorCode.METHOD_NOT_ALLOWED

@@ -3,8 +3,10 @@
 The claim row is inserted (and committed) before the command runs, with a canonical hash of the
 request. Same key + same request → the stored response; same key + different request →
 ``E_IDEMPOTENCY_CONFLICT``; same key while the first is still running → ``E_IDEMPOTENCY_IN_PROGRESS``
-with ``Retry-After``. Responses below 500 are stored (a client error replays as the same error);
-a 5xx or a crash releases the claim so the client may try again. A claim whose holder died is taken
+with ``Retry-After``. Responses below 500 are stored (a refused command, e.g. an illegal transition,
+replays as the same answer), except invalid input (400 ``E_VALIDATION``), which — as at Stripe — never
+executed and so does not consume the key; a 5xx or a crash also releases the claim so the client may
+try again. A claim whose holder died is taken
 over once its lock expires.
 
 Views use it as::
@@ -75,7 +77,9 @@ def run_idempotent(request, *, command: Callable[[], Response], scope: str = "",
     except BaseException:
         _release(claim)
         raise
-    if response.status_code >= 500:
+    if response.status_code >= 500 or _is_invalid_input(response):
+        # As Stripe does: a request refused as invalid input (or a server failure) never executed, so it
+        # does not consume the key; the client may fix the body and send it again under the same key.
         _release(claim)
         return response
     _complete(claim, response)
@@ -111,6 +115,12 @@ def _claim(scope: str, key: str, digest: str) -> IdempotencyClaim:
                                     headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
     existing.locked_until = lock_until
     return existing
+
+
+def _is_invalid_input(response: Response) -> bool:
+    body = getattr(response, "data", None)
+    code = body.get("error", {}).get("code") if isinstance(body, dict) else None
+    return response.status_code == 400 and code == "E_VALIDATION"
 
 
 def _complete(claim: IdempotencyClaim, response: Response) -> None:

@@ -57,6 +57,8 @@ CREATE INDEX IF NOT EXISTS reports_unacked ON reports (acked_at, seq);
 """
 
 # Phases of a job on this station (not the server's states: what this station itself observed).
+MAX_REASON_CHARS = 10_000  # the server's limit on a report's reason (printing.services.MAX_REASON_CHARS)
+
 RECEIVED = "received"  # content spooled; the OS print path has not been called
 HANDING_OFF = "handing_off"  # about to call the OS print path (a crash here is ambiguous)
 HANDED_OFF = "handed_off"  # the OS accepted it (os_job_id known); following it
@@ -235,7 +237,8 @@ class Ledger:
             "occurred_at": utcnow(),
         }
         if reason is not None:
-            body["reason"] = reason
+            # The server refuses reasons over 10 000 characters; a failure must always be reportable.
+            body["reason"] = reason[:MAX_REASON_CHARS]
         if os_job_id:
             body["os_job_id"] = os_job_id
         self.db.execute(

@@ -4,6 +4,6 @@ from . import views
 
 urlpatterns = [
     path("api/v1/test-parcels", views.ParcelCreateApi.as_view()),
-    path("api/v1/test-parcels/<int:parcel_id>/events", views.ParcelEventApi.as_view()),
+    path("api/v1/test-parcels/<id:parcel_id>/events", views.ParcelEventApi.as_view()),
     path("", include("config.urls")),
 ]

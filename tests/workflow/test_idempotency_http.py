@@ -72,10 +72,12 @@ def test_same_key_while_the_first_is_running_is_retry_later(http):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_client_errors_are_stored_and_replayed_but_keys_are_per_caller(http, live_server):
+def test_invalid_input_does_not_consume_the_key_and_keys_are_per_caller(http, live_server):
     bad = post(http, {"address": ""}, key="k-bad")
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "E_VALIDATION"
-    assert post(http, {"address": ""}, key="k-bad").headers.get("Idempotent-Replayed") == "true"
+    fixed = post(http, {"address": "1 Main St"}, key="k-bad")  # as at Stripe: a refused body never ran
+    assert fixed.status_code == 201 and "Idempotent-Replayed" not in fixed.headers
+    assert post(http, {"address": "1 Main St"}, key="k-bad").headers.get("Idempotent-Replayed") == "true"
 
     _, other_raw = create_api_key(name="other-shop", scopes=["parcels:write"])
     other = requests.post(f"{live_server.url}/api/v1/test-parcels", json={"address": "B"},
