@@ -478,7 +478,14 @@ class ShopProtocol(RuleBasedStateMachine):
             return
         REACHED.update(Transition.objects.filter(result__in=SIX).values_list("aggregate_type", "to_state", "result")
                        .distinct())
-        assert invariant_violations() == []
+        # The audit's violations, less those a dead letter already hands to an operator: a cancelled
+        # order whose release promise died keeps its hold until the requeue (kept by
+        # test_a_dead_release_is_what_the_audit_reports_until_an_operator_requeues_it).
+        dead_releases = set(OutboxItem.objects.filter(effect_type="orders.release_inventory", state="dead")
+                            .values_list("aggregate_id", flat=True))
+        assert [v for v in invariant_violations()
+                if not (v.invariant == "cancelled_implies_no_live_reservation" and v.aggregate_id in dead_releases)
+                ] == []
         assert all_history_mismatches() == []
         assert set(Transition.objects.values_list("result", flat=True).distinct()) <= SIX
 

@@ -110,3 +110,48 @@ def test_a_finished_checkout_run_again_with_its_key_answers_its_order(payments_p
     assert again.pk == first.pk and Order.objects.filter(cart_id=cart.pk).count() == 1
     with pytest.raises(LedgerflowError):  # another checkout of the converted cart is still refused
         checkout_place(cart_id=cart.pk, checkout_key="buyer|key-2", actor="buyer")
+
+
+def test_a_dead_release_is_what_the_audit_reports_until_an_operator_requeues_it(payments_port):
+    """Shrunk by the protocol test (soak, seed 777): a paid order is cancelled and refunded; its
+    inventory release fails until it is dead. The audit names the order
+    (``cancelled_implies_no_live_reservation``) and the dead letter holds the error; the operator's
+    requeue releases the stock and the audit is clean again."""
+    from datetime import timedelta
+
+    from workflow import clock
+    from workflow.models import OutboxItem
+
+    product = product_create(sku="REG-3", name="Mug", unit_price=2500, currency="usd", stock_on_hand=5)
+    cart = cart_create(actor="buyer")
+    cart_add_item(cart_id=cart.pk, sku=product.sku, quantity=1, actor="buyer")
+    order = checkout_place(cart_id=cart.pk, checkout_key="regression-3", actor="buyer")
+    drain_with_crashes([])
+    assert Order.objects.get(pk=order.pk).state == "paid"
+    order_cancel(order_id=order.pk, actor="buyer", reason="changed my mind")
+
+    saved = dict(outbox._registry)
+
+    def down(item):
+        raise outbox.RetryableEffectError("reservations unreachable")
+
+    outbox.effect_handler("orders.release_inventory", max_attempts=3, base_delay_seconds=1, replace=True)(down)
+    try:
+        for hour in range(1, 30):  # every attempt of the release fails, an hour apart, until it is dead
+            with clock.travel(timedelta(hours=hour)):
+                outbox.deliver_one()
+    finally:
+        outbox._registry.clear()
+        outbox._registry.update(saved)
+    release = OutboxItem.objects.get(effect_type="orders.release_inventory", aggregate_id=order.pk)
+    assert Order.objects.get(pk=order.pk).state == "cancelled"
+    assert release.state == "dead" and "reservations unreachable" in release.last_error
+    assert [(v.invariant, v.aggregate_id) for v in invariant_violations()] == [
+        ("cancelled_implies_no_live_reservation", order.pk)]
+
+    outbox.outbox_requeue(item_id=release.pk, actor="user:olga", reason="reservations are back")
+    with clock.travel(timedelta(days=2)):
+        drain_with_crashes([])
+
+    assert set(Reservation.objects.filter(order_id=order.pk).values_list("state", flat=True)) == {"released"}
+    assert invariant_violations() == [] and all_history_mismatches() == []
