@@ -167,6 +167,8 @@ CELERY_BEAT_SCHEDULE = {
 }
 # Whether a committed outbox item is also pushed to the broker at once (the sweep covers it either way).
 OUTBOX_ENQUEUE_ON_COMMIT = env_bool("OUTBOX_ENQUEUE_ON_COMMIT", True)
+# Publish those wake-ups from a background thread (off the request path); the sweep covers a lost one.
+OUTBOX_PUBLISH_IN_BACKGROUND = env_bool("OUTBOX_PUBLISH_IN_BACKGROUND", True)
 
 # --- Payments
 PAYMENT_PROVIDER = os.environ.get("PAYMENT_PROVIDER", "sandbox")

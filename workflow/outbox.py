@@ -18,8 +18,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import queue
 import random
 import socket
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -95,7 +97,10 @@ def enqueue_after_commit(item_ids: list[int]) -> None:
     """Wake a worker once the promise is committed. Losing this message loses no work: the sweep finds it."""
     if not getattr(settings, "OUTBOX_ENQUEUE_ON_COMMIT", True) or not item_ids:
         return
-    transaction.on_commit(lambda: _publish(item_ids))
+    if getattr(settings, "OUTBOX_PUBLISH_IN_BACKGROUND", True):
+        transaction.on_commit(lambda: _publisher.submit(item_ids))
+    else:
+        transaction.on_commit(lambda: _publish(item_ids))
 
 
 def _publish(item_ids: list[int]) -> None:
@@ -106,6 +111,52 @@ def _publish(item_ids: list[int]) -> None:
             deliver_outbox_item.delay(item_id)
         except Exception:  # noqa: BLE001 - the broker being down must not fail the committed command
             logger.warning("could not enqueue outbox item %s; the sweep will deliver it", item_id, exc_info=True)
+
+
+class _BackgroundPublisher:
+    """Publishes wake-ups from one daemon thread per process, off the command's path.
+
+    The bench measured the synchronous publish as the largest single cost of a write (writes 2.7×
+    faster without it). A wake-up lost here (the process dies first) loses no work: the item is
+    committed and the periodic sweep delivers it. The thread is (re)started lazily per process, so a
+    forking server (gunicorn, Celery prefork) gets its own after the fork.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+        self._queue: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
+        self._idle = threading.Event()
+        self._idle.set()
+
+    def submit(self, item_ids: list[int]) -> None:
+        self._ensure_thread()
+        self._idle.clear()
+        self._queue.put(list(item_ids))
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """For tests and shutdown hooks: block until every submitted wake-up was handed to the broker."""
+        return self._idle.wait(timeout)
+
+    def _ensure_thread(self) -> None:
+        if self._pid == os.getpid():
+            return
+        with self._lock:
+            if self._pid == os.getpid():
+                return
+            self._queue = queue.SimpleQueue()  # after a fork the parent's queue and thread are not ours
+            threading.Thread(target=self._run, name="outbox-publisher", daemon=True).start()
+            self._pid = os.getpid()
+
+    def _run(self) -> None:
+        while True:
+            item_ids = self._queue.get()
+            _publish(item_ids)
+            if self._queue.empty():
+                self._idle.set()
+
+
+_publisher = _BackgroundPublisher()
 
 
 # --- delivery ------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -74,3 +75,21 @@ def test_sweep_task_delivers_items_whose_message_was_lost(celery_worker_process,
 
     assert wait_for(lambda: OutboxItem.objects.get(pk=item.pk).state == "delivered"), "sweep never delivered"
     assert settings.CELERY_BEAT_SCHEDULE["outbox-sweep"]["task"] == sweep_outbox.name
+
+
+@pytest.mark.django_db(transaction=True)
+def test_wakeups_are_published_off_the_commit_path(monkeypatch, settings):
+    """The after-commit publish runs on the publisher thread, not in the committing thread."""
+    from workflow import outbox
+
+    settings.OUTBOX_ENQUEUE_ON_COMMIT = True
+    settings.OUTBOX_PUBLISH_IN_BACKGROUND = True
+    published: list[tuple[list[int], str]] = []
+    monkeypatch.setattr(outbox, "_publish",
+                        lambda ids: published.append((list(ids), threading.current_thread().name)))
+    parcel = kernel.create(Parcel, actor="t", address="A")
+    kernel.apply(parcel, "pack", "e1", {"weight_grams": 5})
+    item = OutboxItem.objects.get(aggregate_id=parcel.pk)
+
+    assert outbox._publisher.wait_idle(10)
+    assert published == [([item.pk], "outbox-publisher")]
