@@ -155,29 +155,36 @@ def payment_attempt_resolve_review(
 
 
 # --- attempts: provider facts -------------------------------------------------------------------
-def _publish_attempt(attempt_id: int, fact: Fact, outcome: Outcome, actor: str) -> list[dict]:
+def _publish_fact(*, kind: str, fact: Fact, outcome: Outcome, actor: str, attempt: PaymentAttempt,
+                  refund: Refund | None = None) -> list[dict]:
+    """Hand a newly classified fact to the subscribers (e.g. the order), inside the same transaction."""
     if outcome.replayed or outcome.result not in ("applied", "needs_review", "stale"):
         return []
-    attempt = PaymentAttempt.objects.get(pk=attempt_id)
+    money = refund or attempt
     return hooks.publish(
         hooks.PaymentFact(
-            kind="attempt",
+            kind=kind,
             fact=fact.event_type,
             identity=fact.identity,
             result=outcome.result,
             state=outcome.state,
             attempt_id=attempt.pk,
-            refund_id=None,
+            refund_id=refund.pk if refund else None,
             owner_type=attempt.owner_type,
             owner_id=attempt.owner_id,
             is_current_attempt=attempt.is_current,
             amount=fact.payload.get("amount"),
-            currency=fact.payload.get("currency", attempt.currency),
-            provider_object_id=fact.payload.get("intent_id", ""),
+            currency=fact.payload.get("currency", money.currency),
+            provider_object_id=fact.payload.get("refund_id" if refund else "intent_id", ""),
             actor=actor,
             payload=fact.payload,
         )
     )
+
+
+def _publish_attempt(fact: Fact, outcome: Outcome, actor: str) -> list[dict]:
+    # outcome.aggregate is the attempt as apply left it: no need to load it again.
+    return _publish_fact(kind="attempt", fact=fact, outcome=outcome, actor=actor, attempt=outcome.aggregate)
 
 
 @transaction.atomic
@@ -193,7 +200,7 @@ def payment_attempt_apply_fact(
         reason=reason,
         dry_run=dry_run,
     )
-    related = [] if dry_run else _publish_attempt(attempt_id, fact, outcome, actor)
+    related = [] if dry_run else _publish_attempt(fact, outcome, actor)
     return outcome, related
 
 
@@ -303,30 +310,10 @@ def refund_request(
     )
 
 
-def _publish_refund(refund_id: int, fact: Fact, outcome: Outcome, actor: str) -> list[dict]:
-    if outcome.replayed or outcome.result not in ("applied", "needs_review", "stale"):
-        return []
-    refund = Refund.objects.select_related("attempt").get(pk=refund_id)
-    attempt = refund.attempt
-    return hooks.publish(
-        hooks.PaymentFact(
-            kind="refund",
-            fact=fact.event_type,
-            identity=fact.identity,
-            result=outcome.result,
-            state=outcome.state,
-            attempt_id=attempt.pk,
-            refund_id=refund.pk,
-            owner_type=attempt.owner_type,
-            owner_id=attempt.owner_id,
-            is_current_attempt=attempt.is_current,
-            amount=fact.payload.get("amount"),
-            currency=fact.payload.get("currency", refund.currency),
-            provider_object_id=fact.payload.get("refund_id", ""),
-            actor=actor,
-            payload=fact.payload,
-        )
-    )
+def _publish_refund(fact: Fact, outcome: Outcome, actor: str) -> list[dict]:
+    refund = outcome.aggregate
+    return _publish_fact(kind="refund", fact=fact, outcome=outcome, actor=actor, attempt=refund.attempt,
+                         refund=refund)
 
 
 @transaction.atomic
@@ -342,7 +329,7 @@ def refund_apply_fact(
         reason=reason,
         dry_run=dry_run,
     )
-    related = [] if dry_run else _publish_refund(refund_id, fact, outcome, actor)
+    related = [] if dry_run else _publish_refund(fact, outcome, actor)
     return outcome, related
 
 

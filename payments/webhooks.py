@@ -140,7 +140,9 @@ def provider_event_receive(*, provider: str, raw_body: bytes, signature_header: 
         stored.aggregate_id = answer.get("aggregate_id")
         stored.transition_id = answer.get("transition_id")
         stored.answer = answer
-        stored.save()
+        # raw_body and payload were written once on arrival and never change: leave them alone.
+        stored.save(update_fields=["processed_at", "result", "detail", "aggregate_type", "aggregate_id",
+                                   "transition_id", "answer"])
         return answer
 
 
