@@ -138,7 +138,7 @@ class Suite:
         minutes of a noisy machine."""
         from .cases import floor, kernel, naive
         from .interleave import Variant, run_interleaved
-        from .proposals import enqueue_on_commit
+        from .switches import enqueue_on_commit
 
         table = SUBJECT.model()._meta.db_table
         for c in self.plan.concurrencies:

@@ -1,8 +1,4 @@
-"""Switches the bench flips around a case to measure a variant of the product in the same run.
-
-(The kernel diff the bench proposed and measured here — unlocked replays, one identity lookup, outbox
-INSERT … RETURNING, a cached history manager — has been applied to workflow/kernel.py.)
-"""
+"""Switches the bench flips around a case to measure a variant of the product in the same run."""
 
 from __future__ import annotations
 
